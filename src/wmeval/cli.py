@@ -1,0 +1,80 @@
+"""The ``wmeval`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import sys
+from pathlib import Path
+
+from .errors import WmevalError
+
+
+def _cmd_compose(args: argparse.Namespace) -> int:
+    from .config import PARAMS_FILE, compose_text, find_root, validate_params
+    import yaml
+
+    root = find_root()
+    text = compose_text(args.overrides, root)
+    validate_params(yaml.safe_load(text), "composed config")
+    out = Path(args.output) if args.output else root / PARAMS_FILE
+    if args.check:
+        current = out.read_text(encoding="utf-8") if out.is_file() else ""
+        if current == text:
+            print(f"{out}: up to date with conf/")
+            return 0
+        diff = difflib.unified_diff(current.splitlines(True), text.splitlines(True),
+                                    fromfile=f"{out} (committed)", tofile="conf/ (composed)")
+        sys.stdout.writelines(diff)
+        print(f"\n{out} is stale: run `wmeval compose{' ' + ' '.join(args.overrides) if args.overrides else ''}`",
+              file=sys.stderr)
+        return 1
+    from .tables import atomic_write_text
+
+    atomic_write_text(out, text)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_episodes(args: argparse.Namespace) -> int:
+    from .config import load_params
+    from .rollouts import export_episodes
+
+    params = load_params(args.params)
+    if args.world not in params.worlds:
+        raise WmevalError(f"{args.params}: world {args.world!r} is not selected (worlds: {sorted(params.worlds)})")
+    export_episodes(params.worlds[args.world], params.protocol, Path(args.out))
+    print(f"wrote the evaluation episodes of {args.world!r} to {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compose", help="compose conf/ into params.yaml exactly as `dvc exp run` does")
+    c.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. protocol.horizon=20 'worlds=[blobs]'")
+    c.add_argument("--check", action="store_true",
+                   help="do not write; exit 1 with a diff if params.yaml differs from the composition")
+    c.add_argument("--output", help="file to write or check (default: params.yaml at the project root)")
+    c.set_defaults(func=_cmd_compose)
+    e = sub.add_parser("episodes", help="export a world's evaluation episodes and plans (inputs for imported predictions)")
+    e.add_argument("world")
+    e.add_argument("--out", required=True, help="directory to write")
+    e.add_argument("--params", default="params.yaml")
+    e.set_defaults(func=_cmd_episodes)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except WmevalError as e:
+        print(f"wmeval: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Configuration: compose conf/ into params.yaml exactly as DVC does, and validate it.
+
+``conf/`` (Hydra) is the source of truth. ``dvc exp run`` composes it into
+``params.yaml`` through ``dvc.utils.hydra.compose_and_dump``; plain ``dvc repro``
+reads the committed ``params.yaml``. :func:`compose_text` calls that very DVC
+function, so ``wmeval compose`` writes the same bytes DVC would.
+
+Stages never see a config object: :func:`load_params` validates each section of
+``params.yaml`` against a frozen dataclass schema, rejecting unknown keys, missing
+keys and wrong types with the key path and value in the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+
+PARAMS_FILE = "params.yaml"
+
+
+# ----------------------------------------------------------------------------- schemas
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """``worlds.<name>``: a built-in ground-truth world."""
+
+    name: str
+    kind: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    """``models.<world>``: the models evaluated on one world."""
+
+    name: str
+    world: str
+    entries: dict
+    baseline: str | None = None
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """``protocol``: what is rolled out, and how often.
+
+    Attributes:
+        n_episodes: evaluation episodes (independent units; bootstrap clusters).
+        horizon: open-loop horizon H (steps 1..H).
+        num_samples: K, samples drawn from each stochastic model per condition.
+        num_futures: M, realized futures drawn from a stochastic world per condition.
+        n_random_plans: random action plans per episode (besides the world's declared ones).
+        teacher_forced_plan: the plan whose realization 0 is the teacher-forced trajectory.
+        frame_dtype: how frames are stored (``uint8``: round(x * 255); ``float32``: exact).
+        seed: seed of everything the rollouts draw.
+    """
+
+    name: str
+    n_episodes: int
+    horizon: int
+    num_samples: int
+    num_futures: int
+    n_random_plans: int
+    teacher_forced_plan: str
+    frame_dtype: Literal["uint8", "float32"]
+    seed: int
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """``encoder``: how frames are embedded for the distributional metrics."""
+
+    name: str
+    kind: str
+    comparable_to_published: bool
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """``bootstrap``: the trajectory-clustered bootstrap."""
+
+    name: str
+    n_resamples: int
+    confidence_level: float
+    method: Literal["percentile"]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Params:
+    worlds: dict[str, WorldConfig]
+    models: dict[str, ModelsConfig]
+    protocol: ProtocolConfig
+    encoder: EncoderConfig
+    bootstrap: BootstrapConfig
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where} = {value!r}; expected one of {list(typing.get_args(tp))}")
+        return value
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        return _check_type(value, next(a for a in args if a is not type(None)), where)
+    base = origin or tp
+    if base is bool:
+        ok = isinstance(value, bool)
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif base is str:
+        ok = isinstance(value, str)
+    elif base is dict:
+        ok = isinstance(value, dict)
+    else:
+        ok = True
+    if not ok:
+        name = getattr(base, "__name__", str(base))
+        raise ConfigError(f"{where} = {value!r} ({type(value).__name__}); expected {name}")
+    return value
+
+
+def parse_section(cls: type, data: Any, where: str) -> Any:
+    """Validate ``data`` against dataclass ``cls``; ``where`` is the key path for messages."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{where}: required key {name!r} is missing")
+            continue
+        kwargs[name] = _check_type(data[name], hints[name], f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
+    """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
+    for key in sorted(allowed):
+        if key not in raw:
+            raise ConfigError(f"{source}: section {key!r} is missing")
+    worlds = {k: parse_section(WorldConfig, v, f"{source}: worlds.{k}") for k, v in (raw["worlds"] or {}).items()}
+    if not worlds:
+        raise ConfigError(f"{source}: worlds is empty; select at least one world")
+    models = {k: parse_section(ModelsConfig, v, f"{source}: models.{k}") for k, v in (raw["models"] or {}).items()}
+    for k, m in models.items():
+        if m.world not in worlds:
+            raise ConfigError(
+                f"{source}: models.{k}.world = {m.world!r} is not a selected world "
+                f"(worlds: {sorted(worlds)}); select it or drop this models option")
+        if not m.entries:
+            raise ConfigError(f"{source}: models.{k}.entries is empty")
+        if m.baseline is not None and m.baseline not in m.entries:
+            raise ConfigError(f"{source}: models.{k}.baseline = {m.baseline!r} is not one of {sorted(m.entries)}")
+    for k, w in worlds.items():
+        if w.name != k:
+            raise ConfigError(f"{source}: worlds.{k}.name = {w.name!r} must equal its key {k!r}")
+    by_world: dict[str, list[str]] = {}
+    for k, m in models.items():
+        by_world.setdefault(m.world, []).append(k)
+    for w, ks in by_world.items():
+        if len(ks) > 1:
+            raise ConfigError(f"{source}: models options {ks} all target world {w!r}; select one per world")
+    protocol = parse_section(ProtocolConfig, raw["protocol"], f"{source}: protocol")
+    for key in ("n_episodes", "horizon", "num_samples", "num_futures"):
+        if getattr(protocol, key) < 1:
+            raise ConfigError(f"{source}: protocol.{key} = {getattr(protocol, key)}; must be >= 1")
+    if protocol.n_random_plans < 0 or protocol.seed < 0:
+        raise ConfigError(f"{source}: protocol.n_random_plans and protocol.seed must be >= 0")
+    encoder = parse_section(EncoderConfig, raw["encoder"], f"{source}: encoder")
+    boot = parse_section(BootstrapConfig, raw["bootstrap"], f"{source}: bootstrap")
+    if boot.n_resamples < 100:
+        raise ConfigError(f"{source}: bootstrap.n_resamples = {boot.n_resamples}; use at least 100")
+    if not 0.5 < boot.confidence_level < 1.0:
+        raise ConfigError(f"{source}: bootstrap.confidence_level = {boot.confidence_level}; must be in (0.5, 1)")
+    return Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot)
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    """Read and validate ``params.yaml``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing; run `wmeval compose` to write it from conf/")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return validate_params(raw, str(path))
+
+
+# ----------------------------------------------------------------------------- compose
+
+def find_root(start: str | Path = ".") -> Path:
+    """The project root: the nearest directory above ``start`` holding ``.dvc/`` and ``conf/``."""
+    p = Path(start).resolve()
+    for d in (p, *p.parents):
+        if (d / ".dvc").is_dir() and (d / "conf").is_dir():
+            return d
+    raise ConfigError(f"no wmeval project (a directory with .dvc/ and conf/) at or above {p}")
+
+
+def hydra_settings(root: Path) -> dict[str, str]:
+    """The ``[hydra]`` section of ``.dvc/config`` (the keys DVC itself reads)."""
+    from configobj import ConfigObj
+
+    cfg_path = root / ".dvc" / "config"
+    section = dict(ConfigObj(str(cfg_path)).get("hydra", {})) if cfg_path.is_file() else {}
+    if str(section.get("enabled", "false")).lower() != "true":
+        raise ConfigError(f"{cfg_path}: hydra.enabled is not true; `dvc config hydra.enabled true`")
+    return {
+        "config_dir": section.get("config_dir", "conf"),
+        "config_name": section.get("config_name", "config"),
+        "plugins_path": section.get("plugins_path", ""),
+    }
+
+
+def compose_text(overrides: list[str] | None = None, root: str | Path | None = None) -> str:
+    """Compose ``conf/`` with Hydra ``overrides`` the way ``dvc exp run`` does; return the YAML."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dvc.utils.hydra import compose_and_dump
+
+    root = find_root() if root is None else Path(root).resolve()
+    hs = hydra_settings(root)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / PARAMS_FILE
+        try:
+            compose_and_dump(out, str(root / hs["config_dir"]), None, hs["config_name"],
+                             str(root / hs["plugins_path"]), list(overrides or []))
+        except (HydraException, OmegaConfBaseException) as e:
+            raise ConfigError(f"cannot compose {root / hs['config_dir']} with overrides {overrides or []}: {e}") from None
+        return out.read_text(encoding="utf-8")

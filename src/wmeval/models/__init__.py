@@ -1,0 +1,11 @@
+"""World models: the adapter protocol, reference models and imported predictions."""
+
+from .base import History, Prediction, WorldModel, build_model, check_prediction
+from .blobs import BlobReferenceModel
+from .imported import ImportedModel
+from .pendulum import LeastSquaresPendulumModel
+
+__all__ = [
+    "BlobReferenceModel", "History", "ImportedModel", "LeastSquaresPendulumModel",
+    "Prediction", "WorldModel", "build_model", "check_prediction",
+]

@@ -1,0 +1,131 @@
+"""Precomputed predictions, imported from a directory.
+
+Layout (``wmeval episodes WORLD --out DIR`` writes the inputs a model needs)::
+
+    PRED_DIR/
+      manifest.json                 {"format": "wmeval-predictions/1", "world": "blobs",
+                                     "horizon": 10, "stochastic": false}
+      open_loop/<plan>.npz          one file per plan of the protocol
+      teacher_forced/<plan>.npz     for the teacher-forced plan only
+
+Each ``.npz`` holds
+
+* ``episode`` ``(N,)`` integers: the evaluation episode ids, each exactly once;
+* ``frames`` ``(N, S, H, H_img, W, C)`` uint8 or float in [0, 1], and/or
+  ``states`` ``(N, S, H, D)``; ``S`` is 1 for a deterministic model and
+  ``protocol.num_samples`` for a stochastic one.
+
+Open-loop step ``t`` predicts ``o_t`` from ``o_0`` and actions ``a_0..a_{t-1}``;
+teacher-forced step ``t`` predicts ``o_t`` from the realized ``o_0..o_{t-1}``.
+Everything is validated: a missing file or episode, a wrong horizon, shape,
+dtype or range, or a NaN/inf is an error naming the file, array and value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelOutputError
+from .base import Prediction, check_frames, check_states
+
+FORMAT = "wmeval-predictions/1"
+
+
+class ImportedModel:
+    """Reads predictions from ``path`` (relative paths resolve against the working directory)."""
+
+    precomputed = True
+
+    def __init__(self, path: str, world: Any = None) -> None:
+        self.path = Path(path)
+        manifest_path = self.path / "manifest.json"
+        if not manifest_path.is_file():
+            raise ModelOutputError(f"{manifest_path}: missing (imported predictions need a manifest.json)")
+        try:
+            self.manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelOutputError(f"{manifest_path}: not valid JSON: {e}") from None
+        for key in ("format", "world", "horizon"):
+            if key not in self.manifest:
+                raise ModelOutputError(f"{manifest_path}: key {key!r} is missing")
+        if self.manifest["format"] != FORMAT:
+            raise ModelOutputError(
+                f"{manifest_path}: format = {self.manifest['format']!r}, expected {FORMAT!r}")
+        if world is not None and self.manifest["world"] != world.name:
+            raise ModelOutputError(
+                f"{manifest_path}: world = {self.manifest['world']!r}, but it is configured "
+                f"under world {world.name!r}")
+        self.stochastic = bool(self.manifest.get("stochastic", False))
+
+    def load(self, regime: str, plan: str, episodes: np.ndarray, horizon: int, num_samples: int,
+             frame_shape: tuple[int, int, int] | None, state_dim: int | None) -> Prediction:
+        """Load and validate the predictions for one ``(regime, plan)``, ordered as ``episodes``."""
+        manifest_path = self.path / "manifest.json"
+        if int(self.manifest["horizon"]) != horizon:
+            raise ModelOutputError(
+                f"{manifest_path}: horizon = {self.manifest['horizon']}, but protocol.horizon = {horizon}")
+        f = self.path / regime / f"{plan}.npz"
+        if not f.is_file():
+            have = sorted(p.name for p in (self.path / regime).glob("*.npz")) if (self.path / regime).is_dir() else []
+            raise ModelOutputError(f"{f}: missing (plan {plan!r}, regime {regime}); found {have or 'none'}")
+        try:
+            data = np.load(f, allow_pickle=False)
+        except Exception as e:
+            raise ModelOutputError(f"{f}: cannot be read as .npz: {e}") from None
+        with data:
+            if "episode" not in data.files:
+                raise ModelOutputError(f"{f}: array 'episode' is missing (arrays: {data.files})")
+            ep = np.asarray(data["episode"])
+            if ep.ndim != 1 or ep.dtype.kind not in "iu":
+                raise ModelOutputError(f"{f}: array 'episode' must be 1-D integers, got {ep.dtype} {ep.shape}")
+            uniq, counts = np.unique(ep, return_counts=True)
+            if (counts > 1).any():
+                raise ModelOutputError(f"{f}: array 'episode': id {int(uniq[counts > 1][0])} appears more than once")
+            missing = np.setdiff1d(episodes, ep)
+            if missing.size:
+                raise ModelOutputError(
+                    f"{f}: array 'episode': {missing.size} evaluation episodes are missing, "
+                    f"e.g. {missing[:5].tolist()}")
+            extra = np.setdiff1d(ep, episodes)
+            if extra.size:
+                raise ModelOutputError(
+                    f"{f}: array 'episode': ids {extra[:5].tolist()} are not evaluation episodes "
+                    f"(protocol.n_episodes = {len(episodes)})")
+            order = np.argsort(ep)[np.searchsorted(np.sort(ep), episodes)]
+            s = num_samples if self.stochastic else 1
+            frames = states = None
+            if "frames" in data.files:
+                arr = data["frames"]
+                if arr.ndim >= 3 and arr.shape[2] != horizon:
+                    raise ModelOutputError(
+                        f"{f}: array 'frames' has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
+                if frame_shape is None:
+                    raise ModelOutputError(f"{f}: array 'frames' given, but world has no frames")
+                frames = check_frames(arr, (len(ep), s, horizon, *frame_shape), f"{f}: array 'frames'")[order]
+            if "states" in data.files:
+                arr = data["states"]
+                if arr.ndim >= 3 and arr.shape[2] != horizon:
+                    raise ModelOutputError(
+                        f"{f}: array 'states' has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
+                if state_dim is None:
+                    raise ModelOutputError(f"{f}: array 'states' given, but world has no state")
+                states = check_states(arr, (len(ep), s, horizon, state_dim), f"{f}: array 'states'")[order]
+            if frames is None and states is None:
+                raise ModelOutputError(f"{f}: neither 'frames' nor 'states' (arrays: {data.files})")
+        return Prediction(frames=frames, states=states)
+
+
+def write_predictions(path: str | Path, world: str, horizon: int, stochastic: bool,
+                      arrays: dict[tuple[str, str], dict[str, np.ndarray]]) -> None:
+    """Write predictions in the layout above; ``arrays[(regime, plan)] = {"episode": ..., ...}``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "manifest.json").write_text(json.dumps(
+        {"format": FORMAT, "world": world, "horizon": horizon, "stochastic": stochastic}, indent=2))
+    for (regime, plan), arrs in arrays.items():
+        (path / regime).mkdir(exist_ok=True)
+        np.savez_compressed(path / regime / f"{plan}.npz", **arrs)

@@ -1,0 +1,226 @@
+"""Per-episode metric contributions from rollout (and feature) tables.
+
+For each world, model, metric and regime, the contribution of one episode at one
+step ``t`` under one plan is the expected pairwise MSE between the model's K
+samples and the reference: the M realized futures of that plan (open loop), or
+realization 0 of the teacher-forced plan (teacher forced). Episodes are the
+independent unit; the bootstrap resamples them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import WmevalError
+from .metrics import expected_pairwise_mse
+from .tables import KEY_COLUMNS as KEYS, decode_frames, tensor_numpy
+
+
+def _col(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+    return col.to_numpy()
+
+
+def dense(table: pa.Table, column: str, n_episodes: int, t_values: np.ndarray, where: str) -> np.ndarray:
+    """Scatter one (regime, plan) block into ``(N, S, T, *shape)``; every cell exactly once.
+
+    Raises:
+        WmevalError: a missing or duplicated (episode, sample, t) row, naming ``where``.
+    """
+    ep = _col(table, "episode").astype(np.int64)
+    sample = _col(table, "sample").astype(np.int64)
+    t = _col(table, "t").astype(np.int64)
+    n_s = int(sample.max()) + 1 if len(sample) else 0
+    T = len(t_values)
+    t_index = np.searchsorted(t_values, t)
+    if (ep < 0).any() or (ep >= n_episodes).any() or (t_index >= T).any() or (t_values[np.minimum(t_index, T - 1)] != t).any():
+        raise WmevalError(f"{where}: rows with episode or t outside the protocol")
+    flat = (ep * n_s + sample) * T + t_index
+    counts = np.bincount(flat, minlength=n_episodes * n_s * T)
+    if (counts != 1).any():
+        bad = int(np.argmax(counts != 1))
+        e, rest = divmod(bad, n_s * T)
+        s, ti = divmod(rest, T)
+        raise WmevalError(f"{where}: (episode {e}, sample {s}, t {int(t_values[ti])}) appears "
+                          f"{int(counts[bad])} times; expected exactly once")
+    values = tensor_numpy(table, column) if column != "valid" else _col(table, "valid")
+    out = np.empty((n_episodes * n_s * T, *values.shape[1:]), dtype=values.dtype)
+    out[flat] = values
+    return out.reshape(n_episodes, n_s, T, *values.shape[1:])
+
+
+@dataclass(frozen=True)
+class Block:
+    regime: str
+    plan: str
+    condition: str
+
+
+def blocks(table: pa.Table) -> list[Block]:
+    keys = pa.table({c: table.column(c).cast(pa.string()) for c in ("regime", "plan", "condition")})
+    uniq = keys.group_by(["regime", "plan", "condition"]).aggregate([]).to_pylist()
+    return [Block(**u) for u in sorted(uniq, key=lambda u: (u["regime"], u["plan"]))]
+
+
+def select(table: pa.Table, regime: str, plan: str) -> pa.Table:
+    mask = pc.and_(pc.equal(table.column("regime").cast(pa.string()), regime),
+                   pc.equal(table.column("plan").cast(pa.string()), plan))
+    return table.filter(mask)
+
+
+def contributions(world: str, source: str, model: pa.Table, truth: pa.Table, n_episodes: int,
+                  horizon: int, columns: dict[str, tuple[str, int]], where: str,
+                  model_emb: pa.Table | None = None, truth_emb: pa.Table | None = None,
+                  state_delta=None) -> pa.Table:
+    """Long table of per-(episode, plan, t) values for one model.
+
+    Args:
+        columns: metric name -> (tensor column, event_ndim), e.g. ``{"pixel_mse": ("frame", 3)}``;
+            ``feature_mse`` reads ``embedding`` from the ``*_emb`` tables.
+    """
+    t_model = np.arange(1, horizon + 1)
+    t_truth = np.arange(0, horizon + 1)
+    rows: dict[str, list] = {k: [] for k in ("metric", "regime", "plan", "condition", "episode", "t", "value")}
+    for b in blocks(model):
+        m_block = select(model, b.regime, b.plan)
+        g_block = select(truth, "realized", b.plan)
+        if g_block.num_rows == 0:
+            raise WmevalError(f"{where}: plan {b.plan!r} has no ground-truth rows")
+        valid = dense(m_block, "valid", n_episodes, t_model, where)[:, 0]  # (N, T)
+        for metric, (column, ev) in columns.items():
+            if column == "embedding":
+                if model_emb is None:
+                    continue
+                mb, gb = select(model_emb, b.regime, b.plan), select(truth_emb, "realized", b.plan)
+            else:
+                if column not in model.column_names or column not in truth.column_names:
+                    continue
+                mb, gb = m_block, g_block
+            pred = dense(mb, column, n_episodes, t_model, where)
+            targ = dense(gb, column, n_episodes, t_truth, where)[:, :, 1:]
+            if column == "frame":
+                pred, targ = decode_frames(pred), decode_frames(targ)
+            if b.regime == "teacher_forced":
+                targ = targ[:, :1]  # the teacher-forced trajectory is realization 0
+            if column == "state" and state_delta is not None:
+                # All (sample, future) pairs explicitly: states are small, and the world's
+                # geometry (a torus) is not an inner-product space.
+                d = state_delta(np.moveaxis(pred, 1, 2)[:, :, :, None], np.moveaxis(targ, 1, 2)[:, :, None])
+                val = np.mean(d**2, axis=(2, 3, 4))
+            else:
+                # (N, S, T, *ev) -> (N, T, S, *ev): the sample axis sits before the event axes.
+                val = expected_pairwise_mse(np.moveaxis(pred, 1, 2), np.moveaxis(targ, 1, 2), ev)  # (N, T)
+            e_idx, t_idx = np.nonzero(valid)
+            rows["metric"] += [metric] * len(e_idx)
+            rows["regime"] += [b.regime] * len(e_idx)
+            rows["plan"] += [b.plan] * len(e_idx)
+            rows["condition"] += [b.condition] * len(e_idx)
+            rows["episode"].append(e_idx.astype(np.int32))
+            rows["t"].append(t_model[t_idx].astype(np.int32))
+            rows["value"].append(val[e_idx, t_idx])
+    n = len(rows["metric"])
+    return pa.table({
+        "world": pa.array([world] * n), "source": pa.array([source] * n),
+        "metric": rows["metric"], "regime": rows["regime"], "plan": rows["plan"], "condition": rows["condition"],
+        "episode": np.concatenate(rows["episode"]) if n else np.empty(0, np.int32),
+        "t": np.concatenate(rows["t"]) if n else np.empty(0, np.int32),
+        "value": np.concatenate(rows["value"]) if n else np.empty(0),
+    })
+
+
+def episode_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
+    """Per-episode values from :func:`contributions` rows.
+
+    Within a plan, an episode's value is the mean over its valid steps; plans are
+    then weighted equally, per condition and pooled over all conditions
+    (``condition = "all"``). An episode with no valid step has no value and is
+    counted out by the caller (``n_clusters``), never imputed.
+    """
+    import pandas as pd
+
+    keys = ["world", "source", "metric", "regime"]
+    per_plan = contrib.groupby([*keys, "condition", "plan", "episode"], observed=True, sort=True)["value"].mean()
+    per_cond = per_plan.groupby(level=[*keys, "condition", "episode"], observed=True).mean().reset_index()
+    pooled = per_plan.groupby(level=[*keys, "episode"], observed=True).mean().reset_index()
+    pooled["condition"] = "all"
+    return pd.concat([pooled, per_cond], ignore_index=True)[[*keys, "condition", "episode", "value"]]
+
+
+def curve_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
+    """Per-(episode, t) values for horizon curves, plans weighted equally (pooled conditions)."""
+    keys = ["world", "source", "metric", "regime", "t", "episode"]
+    return contrib.groupby(keys, observed=True, sort=True)["value"].mean().reset_index()
+
+
+def _initial_states(desc: dict) -> str:
+    if desc.get("kind") == "pendulum":
+        return f"uniform in [{desc['init_low']}, {desc['init_high']}] (theta, omega)"
+    if desc.get("kind") == "blobs":
+        return f"x uniform on the {desc['size']}-px torus, y uniform in [{desc['y_low']}, {desc['y_high']}]"
+    return "declared by the world"
+
+
+def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") -> None:
+    """Write ``contributions``, ``episodes`` and ``curves`` Parquet files and ``protocol.json`` to ``out``."""
+    import json
+
+    import pandas as pd
+
+    from .metrics import REGISTRY
+    from .tables import read_metadata, read_table, write_table
+
+    H, N = params.protocol.horizon, params.protocol.n_episodes
+    metric_columns = {"state_mse": ("state", 1), "pixel_mse": ("frame", 3), "feature_mse": ("embedding", 1)}
+    from .worlds import build_world
+
+    parts, worlds, encoder = [], {}, None
+    for world in params.worlds:
+        delta = build_world(world, dataclasses.asdict(params.worlds[world])).state_delta
+        gt_path = rollouts / world / "ground_truth.parquet"
+        truth, gt_meta = read_table(gt_path), read_metadata(gt_path)
+        fe_path = features / world / "ground_truth.parquet"
+        truth_emb = read_table(fe_path, columns=[*KEYS, "embedding"])
+        encoder = read_metadata(fe_path)
+        models, with_state = {}, []
+        entries = params.models[world].entries if world in params.models else {}
+        for name in entries:
+            path = rollouts / world / f"{name}.parquet"
+            table, meta = read_table(path), read_metadata(path)
+            emb = read_table(features / world / f"{name}.parquet", columns=[*KEYS, "embedding"])
+            parts.append(contributions(world, name, table, truth, N, H, metric_columns, str(path), emb, truth_emb, delta))
+            models[name] = meta["num_samples"]
+            if meta["has_state"]:
+                with_state.append(name)
+        desc = gt_meta["world"]
+        worlds[world] = {
+            "n_episodes": N, "horizon": H, "plans": gt_meta["plans"],
+            "teacher_forced_plan": params.protocol.teacher_forced_plan,
+            "num_futures": gt_meta["num_futures"], "models": models, "models_with_state": with_state,
+            "frame_shape": truth.column("frame").type.shape, "frame_dtype": gt_meta["frame_dtype"],
+            "initial_states": _initial_states(desc), "world": desc,
+            "baseline": params.models[world].baseline if world in params.models else None,
+        }
+    contrib = pa.concat_tables(parts) if parts else None
+    if contrib is None or contrib.num_rows == 0:
+        raise WmevalError("statistics: no model rows to score; add models to the config")
+    write_table(contrib, out / "contributions.parquet")
+    df = contrib.to_pandas()
+    write_table(pa.Table.from_pandas(episode_values(df), preserve_index=False), out / "episodes.parquet")
+    write_table(pa.Table.from_pandas(curve_values(df), preserve_index=False), out / "curves.parquet")
+    record = {
+        "worlds": worlds,
+        "encoder": {k: encoder[k] for k in ("encoder", "kind", "preprocessing", "weights_sha256",
+                                            "comparable_to_published", "dim")},
+        "metrics": {m.name: {"higher_is_better": m.higher_is_better, "unit": m.unit, "layer": m.layer,
+                             "definition": m.definition} for m in REGISTRY.values()},
+        "aggregation": "value per (episode, plan, t) = mean over (sample, realized future) pairs; "
+                       "per episode: mean over valid steps within a plan, then plans weighted equally",
+    }
+    (out / "protocol.json").write_text(json.dumps(record, indent=2, sort_keys=True))

@@ -1,0 +1,34 @@
+"""Ground-truth worlds and their registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .base import Plan, World, rollout_states
+from .blobs import BlobWorld
+from .pendulum import PendulumWorld
+
+WORLD_KINDS: dict[str, type] = {"pendulum": PendulumWorld, "blobs": BlobWorld}
+
+
+def build_world(name: str, cfg: dict[str, Any]) -> World:
+    """Build a world from its config section ``worlds.<name>`` (keys: kind, name, params)."""
+    kind = cfg.get("kind")
+    if kind not in WORLD_KINDS:
+        raise ConfigError(
+            f"params.yaml: worlds.{name}.kind = {kind!r} is not a known world; "
+            f"choose one of {sorted(WORLD_KINDS)}")
+    params = dict(cfg.get("params") or {})
+    for key in ("init_low", "init_high"):
+        if key in params:
+            params[key] = tuple(params[key])
+    try:
+        return WORLD_KINDS[kind](name=name, **params)
+    except TypeError as e:
+        raise ConfigError(f"params.yaml: worlds.{name}.params: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"params.yaml: worlds.{name}.params: {e}") from None
+
+
+__all__ = ["BlobWorld", "PendulumWorld", "Plan", "World", "WORLD_KINDS", "build_world", "rollout_states"]

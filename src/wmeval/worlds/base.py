@@ -1,0 +1,77 @@
+"""The ground-truth world interface.
+
+A world is a simulator we trust: it draws initial states for evaluation episodes,
+declares the action plans to evaluate under, steps states forward (stochastically
+if the world is stochastic) and renders states to frames, so that state metrics
+and pixel metrics apply to the same rollouts.
+
+Conventions (all arrays are batched over episodes, first axis N):
+
+* states ``(N, D)`` float64;
+* actions ``(N, A)`` float64 for one step, plans ``(N, H, A)``;
+* frames ``(N, H_img, W, C)`` float32 in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One action plan evaluated from every episode's initial state.
+
+    Attributes:
+        name: plan id, unique within the world (``random_0``, ``const_+1``, ``left``).
+        condition: the stratum label written on every row of this plan
+            (the discrete action, the counterfactual arm, or ``random``).
+        actions: ``(N, H, A)`` float64, one action sequence per episode.
+    """
+
+    name: str
+    condition: str
+    actions: np.ndarray
+
+
+@runtime_checkable
+class World(Protocol):
+    """What the rollout protocol needs from a ground-truth world."""
+
+    name: str
+    stochastic: bool
+    state_dim: int
+    action_dim: int
+    frame_shape: tuple[int, int, int]
+
+    def initial_states(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Draw ``(n, D)`` initial states from the world's declared distribution."""
+
+    def plans(self, n: int, horizon: int, n_random: int, rng: np.random.Generator) -> list[Plan]:
+        """The plans to evaluate: ``n_random`` random plans first, then the declared ones."""
+
+    def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Advance ``(N, D)`` states by one ``(N, A)`` action."""
+
+    def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The state error ``a - b`` in the world's geometry (e.g. wrapped on a torus)."""
+
+    def render(self, states: np.ndarray) -> np.ndarray:
+        """Render ``(..., D)`` states to ``(..., H_img, W, C)`` float32 frames in [0, 1]."""
+
+    def describe(self) -> dict:
+        """A JSON-serialisable description of every parameter (for file metadata)."""
+
+
+def rollout_states(world: World, s0: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Roll the true world forward under ``actions`` ``(N, H, A)`` from ``s0`` ``(N, D)``.
+
+    Returns:
+        ``(N, H + 1, D)`` states, index 0 being ``s0``.
+    """
+    out = [np.asarray(s0, dtype=np.float64)]
+    for t in range(actions.shape[1]):
+        out.append(world.step(out[-1], actions[:, t], rng))
+    return np.stack(out, axis=1)
