@@ -70,7 +70,7 @@ def _to_numpy(x: Any) -> np.ndarray:
 
 def _first_bad(arr: np.ndarray, mask: np.ndarray) -> str:
     idx = tuple(int(i) for i in np.argwhere(mask)[0])
-    return f"value {arr[idx]!r} at index {idx}"
+    return f"value {arr[idx].item()!r} at index {idx}"
 
 
 def check_frames(frames: Any, expected: tuple[int, ...], where: str) -> np.ndarray:

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wmeval.config import compose_text, validate_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_params():
+    """The shipped config with the tiny protocol, validated."""
+    raw = yaml.safe_load(compose_text(["protocol=tiny", "bootstrap.n_resamples=200"], ROOT))
+    return validate_params(raw, "tiny")
+
+
+PROJECT_FILES = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md"]
+
+
+def make_project(dest: Path, overrides: list[str]) -> Path:
+    """A copy of the project in a fresh git repo (DVC needs git and a commit), params composed."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / ".dvc").mkdir()
+    shutil.copy2(ROOT / ".dvc" / "config", dest / ".dvc" / "config")
+    shutil.copy2(ROOT / ".dvc" / ".gitignore", dest / ".dvc" / ".gitignore")
+    (dest / "params.yaml").write_text(compose_text(overrides, dest))
+    git = ["git", "-c", "user.name=wmeval-test", "-c", "user.email=test@wmeval.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=dest, check=True)
+    return dest

@@ -1,0 +1,80 @@
+"""End to end: `dvc repro` and `dvc exp run` of a tiny config in a temporary git repository."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import make_project
+from wmeval.config import compose_text
+from wmeval.tables import read_metadata
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+def run(cmd, cwd, check=True):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("e2e") / "proj"
+    # The tiny protocol as the default, so that `dvc exp run` (which re-composes conf/) stays tiny too.
+    make_project(dest, [])
+    cfg = dest / "conf" / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("protocol: default", "protocol: tiny"))
+    (dest / "params.yaml").write_text(compose_text([], dest))
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qam", "tiny"], dest)
+    run([str(BIN / "dvc"), "repro"], dest)
+    return dest
+
+
+def test_repro_writes_every_declared_output(project):
+    for out in ("data/rollouts", "data/features", "data/stats", "data/bootstrap",
+                "reports/metrics.json", "reports/scorecard.md"):
+        assert (project / out).exists(), out
+    md = (project / "reports" / "scorecard.md").read_text()
+    assert "## pendulum" in md and "## blobs" in md and "n/a (no such output)" in md
+    metrics = json.loads((project / "reports" / "metrics.json").read_text())
+    m = metrics["pendulum"]["sin-features"]["open_loop"]["state_mse"]
+    assert m["low"] <= m["point"] <= m["high"]
+    # Seed 002's one-step ranking: sin-features < linear < action-blind.
+    tf = {k: metrics["pendulum"][k]["teacher_forced"]["state_mse"]["point"] for k in ("sin-features", "linear", "action-blind")}
+    assert tf["sin-features"] < tf["linear"] < tf["action-blind"]
+    # Rollout files carry their protocol.
+    meta = read_metadata(project / "data/rollouts/pendulum/linear.parquet")
+    assert meta["protocol"]["name"] == "tiny" and meta["model_config"]["features"] == "linear"
+    assert "world" in pq.read_schema(project / "data/rollouts/pendulum/linear.parquet").names
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    assert set(lock["stages"]) == {"rollouts", "features", "statistics", "bootstrap", "report"}
+
+
+def test_second_repro_has_nothing_to_do(project):
+    r = run([str(BIN / "dvc"), "repro"], project)
+    assert "Data and pipelines are up to date" in r.stdout
+    assert "Running stage" not in r.stdout
+
+
+def test_compose_check_in_project(project):
+    assert run([str(BIN / "wmeval"), "compose", "--check"], project).returncode == 0
+
+
+def test_exp_run_set_param_composes_like_wmeval(project):
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "add", "-A"], project)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "lock"], project)
+    r = run([str(BIN / "dvc"), "exp", "run", "-S", "protocol.horizon=2"], project)
+    assert "Running stage 'rollouts'" in r.stdout
+    params = (project / "params.yaml").read_text()
+    assert params == compose_text(["protocol.horizon=2"], project)  # same bytes as DVC's composition
+    t = pq.read_table(project / "data/rollouts/blobs/ground_truth.parquet", columns=["t"])
+    assert max(t.column("t").to_pylist()) == 2

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from wmeval.stats import cluster_bootstrap, paired_mean_replicates, resample_counts
+
+
+def test_matches_scipy_bootstrap_of_cluster_means():
+    """With equal cluster sizes the cluster bootstrap of the mean is scipy's bootstrap of cluster means."""
+    rng = np.random.default_rng(0)
+    n_clusters, size = 40, 5
+    means = rng.normal(size=n_clusters)
+    values = np.repeat(means, size) + 0.1 * rng.normal(size=n_clusters * size)
+    clusters = np.repeat(np.arange(n_clusters), size)
+    ours = cluster_bootstrap(values, clusters, n_resamples=20000, seed=1)
+    cm = values.reshape(n_clusters, size).mean(axis=1)
+    ref = sps.bootstrap((cm,), np.mean, n_resamples=20000, method="percentile", random_state=2).confidence_interval
+    se = cm.std(ddof=1) / np.sqrt(n_clusters)
+    assert ours.point == pytest.approx(values.mean())
+    assert abs(ours.low - ref.low) < 0.05 * se * 4 and abs(ours.high - ref.high) < 0.05 * se * 4
+    assert ours.n_clusters == n_clusters and ours.method == "percentile"
+
+
+def test_cluster_interval_is_wider_than_frame_level_under_correlation():
+    # rho = 0.8 within episodes of 16 frames: frame resampling understates the uncertainty.
+    rng = np.random.default_rng(3)
+    n, T, rho = 64, 16, 0.8
+    shared = rng.normal(size=(n, 1)) * np.sqrt(rho)
+    values = (shared + rng.normal(size=(n, T)) * np.sqrt(1 - rho)).ravel()
+    clusters = np.repeat(np.arange(n), T)
+    cl = cluster_bootstrap(values, clusters, n_resamples=4000, seed=0)
+    iid = cluster_bootstrap(values, np.arange(values.size), n_resamples=4000, seed=0)
+    # Design effect 1 + (T - 1) rho = 13: widths differ by about sqrt(13) = 3.6.
+    ratio = (cl.high - cl.low) / (iid.high - iid.low)
+    assert 2.8 < ratio < 4.5
+
+
+def test_same_seed_same_interval_and_unequal_clusters():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=100)
+    clusters = rng.integers(0, 17, size=100)
+    a = cluster_bootstrap(values, clusters, n_resamples=500, seed=4)
+    b = cluster_bootstrap(values, clusters, n_resamples=500, seed=4)
+    c = cluster_bootstrap(values, clusters, n_resamples=500, seed=5)
+    assert a == b and a != c
+    assert a.low <= a.point <= a.high
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="shape"):
+        cluster_bootstrap(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="non-finite"):
+        cluster_bootstrap(np.array([1.0, np.nan]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="method"):
+        cluster_bootstrap(np.zeros(3), np.arange(3), method="bca2")
+
+
+def test_paired_replicates_cancel_shared_noise():
+    """Paired resampling: the difference of two models that share episode effects is tight."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=50) * 5
+    values = np.stack([base, base + 0.1])
+    counts = resample_counts(50, 2000, np.random.default_rng(0))
+    assert np.all(counts.sum(axis=1) == 50)
+    reps = paired_mean_replicates(values, counts)
+    diff = reps[:, 1] - reps[:, 0]
+    np.testing.assert_allclose(diff, 0.1, atol=1e-12)
+    assert reps[:, 0].std() > 0.3
