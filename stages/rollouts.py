@@ -1,5 +1,6 @@
 """Stage rollouts: ground truth and every model's predictions -> data/rollouts/<world>/<source>.parquet."""
 
+import logging
 from pathlib import Path
 
 from wmeval.config import load_params
@@ -19,6 +20,7 @@ def run() -> None:
             (tmp / name).mkdir()
             for source, table in tables.items():
                 write_table(table, tmp / name / f"{source}.parquet")
+                logging.getLogger("stages.rollouts").info("%s/%s: %d rows", name, source, table.num_rows)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,16 @@ def test_export_episodes_matches_the_protocol(tmp_path):
     assert proto["teacher_forced_plan"] == "random_0" and proto["horizon"] == 2
 
 
+def test_episodes_cli(tmp_path, root, monkeypatch):
+    from wmeval.cli import main
+
+    monkeypatch.chdir(root)
+    assert main(["episodes", "blobs", "--out", str(tmp_path / "e")]) == 0
+    proto = json.loads((tmp_path / "e" / "protocol.json").read_text())
+    assert proto["world"] == "blobs" and set(proto["plans"]) == {"random_0", "random_1", "left", "right"}
+    assert main(["episodes", "mars", "--out", str(tmp_path / "m")]) == 2
+
+
 def test_failed_rollouts_stage_exits_nonzero_and_writes_nothing(tmp_path, root):
     """A bad model output stops the stage script: exit 2, message, no data/rollouts."""
     from conftest import make_project

@@ -73,6 +73,8 @@ def test_every_option_file_has_a_name_field():
     ("worlds=[blobs]", r"models.pendulum.world = 'pendulum' is not a selected world"),
     ("models.blobs.baseline=nobody", r"models.blobs.baseline = 'nobody' is not one of"),
     ("bootstrap.confidence_level=1.5", r"bootstrap.confidence_level = 1.5"),
+    ("+models.blobs.entries.ground_truth._target_=x.Y", r"'ground_truth' is reserved"),
+    ("+models.blobs.entries={a/b: {_target_: x.Y}}", r"name 'a/b' must match"),
 ])
 def test_bad_config_is_rejected_with_key_and_value(root, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -13,6 +13,7 @@ keys and wrong types with the key path and value in the message.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tempfile
 import typing
 from dataclasses import dataclass, field
@@ -153,6 +154,15 @@ def parse_section(cls: type, data: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def _check_name(name: Any, where: str) -> None:
+    # Names become file names (data/rollouts/<world>/<model>.parquet).
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}: name {name!r} must match {_NAME.pattern} (it is used as a file name)")
+
+
 def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
     if not isinstance(raw, dict):
@@ -175,9 +185,16 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
                 f"(worlds: {sorted(worlds)}); select it or drop this models option")
         if not m.entries:
             raise ConfigError(f"{source}: models.{k}.entries is empty")
+        for name, entry in m.entries.items():
+            _check_name(name, f"{source}: models.{k}.entries.{name}")
+            if name == "ground_truth":
+                raise ConfigError(f"{source}: models.{k}.entries: 'ground_truth' is reserved for the true world")
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{source}: models.{k}.entries.{name} = {entry!r}; expected a mapping with _target_")
         if m.baseline is not None and m.baseline not in m.entries:
             raise ConfigError(f"{source}: models.{k}.baseline = {m.baseline!r} is not one of {sorted(m.entries)}")
     for k, w in worlds.items():
+        _check_name(k, f"{source}: worlds.{k}")
         if w.name != k:
             raise ConfigError(f"{source}: worlds.{k}.name = {w.name!r} must equal its key {k!r}")
     by_world: dict[str, list[str]] = {}

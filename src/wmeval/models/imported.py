@@ -97,23 +97,19 @@ class ImportedModel:
                     f"(protocol.n_episodes = {len(episodes)})")
             order = np.argsort(ep)[np.searchsorted(np.sort(ep), episodes)]
             s = num_samples if self.stochastic else 1
-            frames = states = None
-            if "frames" in data.files:
-                arr = data["frames"]
+            out: dict[str, np.ndarray | None] = {"frames": None, "states": None}
+            for key, check, event in (("frames", check_frames, frame_shape),
+                                      ("states", check_states, None if state_dim is None else (state_dim,))):
+                if key not in data.files:
+                    continue
+                arr = data[key]
                 if arr.ndim >= 3 and arr.shape[2] != horizon:
                     raise ModelOutputError(
-                        f"{f}: array 'frames' has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
-                if frame_shape is None:
-                    raise ModelOutputError(f"{f}: array 'frames' given, but world has no frames")
-                frames = check_frames(arr, (len(ep), s, horizon, *frame_shape), f"{f}: array 'frames'")[order]
-            if "states" in data.files:
-                arr = data["states"]
-                if arr.ndim >= 3 and arr.shape[2] != horizon:
-                    raise ModelOutputError(
-                        f"{f}: array 'states' has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
-                if state_dim is None:
-                    raise ModelOutputError(f"{f}: array 'states' given, but world has no state")
-                states = check_states(arr, (len(ep), s, horizon, state_dim), f"{f}: array 'states'")[order]
+                        f"{f}: array {key!r} has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
+                if event is None:
+                    raise ModelOutputError(f"{f}: array {key!r} given, but the world has no {key}")
+                out[key] = check(arr, (len(ep), s, horizon, *event), f"{f}: array {key!r}")[order]
+            frames, states = out["frames"], out["states"]
             if frames is None and states is None:
                 raise ModelOutputError(f"{f}: neither 'frames' nor 'states' (arrays: {data.files})")
         return Prediction(frames=frames, states=states)
