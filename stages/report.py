@@ -13,7 +13,8 @@ from wmeval.tables import atomic_write_text
 def run() -> None:
     intervals = pd.read_parquet("data/bootstrap/intervals.parquet")
     protocol = json.loads(Path("data/bootstrap/protocol.json").read_text())
-    atomic_write_text("reports/scorecard.md", render_markdown(intervals, protocol))
+    curves = pd.read_parquet("data/bootstrap/curves.parquet")
+    atomic_write_text("reports/scorecard.md", render_markdown(intervals, protocol, curves))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,40 @@
-"""Stage rollouts: ground truth and every model's predictions -> data/rollouts/<world>/<source>.parquet."""
+"""Stage rollouts: ground truth and every model's predictions -> data/rollouts/<world>/.
 
+``<world>/<source>.parquet``: the observation protocol (frames and states);
+``<world>/dynamics/<source>.parquet``: seed 002's state-level dynamics queries.
+"""
+
+import dataclasses
 import logging
 from pathlib import Path
 
-from wmeval.config import load_params
-from wmeval.rollouts import run_world
+from wmeval.config import load_params, world_dynamics
+from wmeval.dynamics import dynamics_tables
+from wmeval.rollouts import build_models, run_world
 from wmeval.stage import main
 from wmeval.tables import atomic_dir, write_table
+from wmeval.worlds import build_world
 
 OUT = Path("data/rollouts")
+log = logging.getLogger("stages.rollouts")
 
 
 def run() -> None:
     params = load_params()
     with atomic_dir(OUT) as tmp:
         for name, wcfg in params.worlds.items():
-            models = params.models[name].entries if name in params.models else {}
-            tables = run_world(wcfg, models, params.protocol)
-            (tmp / name).mkdir()
-            for source, table in tables.items():
-                write_table(table, tmp / name / f"{source}.parquet")
-                logging.getLogger("stages.rollouts").info("%s/%s: %d rows", name, source, table.num_rows)
+            world = build_world(name, dataclasses.asdict(wcfg))
+            entries = params.models[name].entries if name in params.models else {}
+            models = build_models(world, entries)
+            tables = run_world(wcfg, entries, params.protocol, world=world, models=models)
+            dyn, skipped = dynamics_tables(wcfg, world, models, world_dynamics(params, name), params.protocol)
+            for model, reason in skipped.items():
+                log.info("%s/%s: no dynamics layers: %s", name, model, reason)
+            (tmp / name / "dynamics").mkdir(parents=True)
+            for sub, group in (("", tables), ("dynamics", dyn)):
+                for source, table in group.items():
+                    write_table(table, tmp / name / sub / f"{source}.parquet")
+                    log.info("%s/%s%s: %d rows", name, f"{sub}/" if sub else "", source, table.num_rows)
 
 
 if __name__ == "__main__":

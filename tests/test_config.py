@@ -74,6 +74,9 @@ def test_every_option_file_has_a_name_field():
     ("models.blobs.baseline=nobody", r"models.blobs.baseline = 'nobody' is not one of"),
     ("bootstrap.confidence_level=1.5", r"bootstrap.confidence_level = 1.5"),
     ("+models.blobs.entries.ground_truth._target_=x.Y", r"'ground_truth' is reserved"),
+    ("+worlds.blobs.dynamics.horizn=3", r"worlds.blobs.dynamics: unknown key\(s\) \['horizn'\]"),
+    ("worlds.blobs.dynamics.counterfactual_horizon=9", r"counterfactual_horizon = 9 exceeds"),
+    ("dynamics.probe_windows=[0]", r"probe_windows = \[0\]"),
     ("+models.blobs.entries={a/b: {_target_: x.Y}}", r"name 'a/b' must match"),
 ])
 def test_bad_config_is_rejected_with_key_and_value(root, override, message):

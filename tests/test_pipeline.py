@@ -32,7 +32,7 @@ def project(tmp_path_factory):
     # The tiny protocol as the default, so that `dvc exp run` (which re-composes conf/) stays tiny too.
     make_project(dest, [])
     cfg = dest / "conf" / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("protocol: default", "protocol: tiny"))
+    cfg.write_text(cfg.read_text().replace("protocol: default", "protocol: tiny").replace("dynamics: default", "dynamics: tiny"))
     (dest / "params.yaml").write_text(compose_text([], dest))
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qam", "tiny"], dest)
     run([str(BIN / "dvc"), "repro"], dest)
@@ -40,16 +40,17 @@ def project(tmp_path_factory):
 
 
 def test_repro_writes_every_declared_output(project):
-    for out in ("data/rollouts", "data/features", "data/stats", "data/bootstrap",
+    for out in ("data/rollouts/pendulum/dynamics/linear.parquet", "data/features", "data/stats", "data/bootstrap",
                 "reports/metrics.json", "reports/scorecard.md"):
         assert (project / out).exists(), out
     md = (project / "reports" / "scorecard.md").read_text()
-    assert "## pendulum" in md and "## blobs" in md and "n/a (no such output)" in md
+    assert "## pendulum" in md and "## blobs" in md and "### Cross-layer ranking" in md
+    assert "`mean` has no dynamics layers: the model predicts frames only" in md
     metrics = json.loads((project / "reports" / "metrics.json").read_text())
-    m = metrics["pendulum"]["sin-features"]["open_loop"]["state_mse"]
+    m = metrics["pendulum"]["sin-features"]["state_mse"]["open_loop/all"]
     assert m["low"] <= m["point"] <= m["high"]
     # Seed 002's one-step ranking: sin-features < linear < action-blind.
-    tf = {k: metrics["pendulum"][k]["teacher_forced"]["state_mse"]["point"] for k in ("sin-features", "linear", "action-blind")}
+    tf = {k: metrics["pendulum"][k]["state_rmse"]["teacher_forced/all"]["point"] for k in ("sin-features", "linear", "action-blind")}
     assert tf["sin-features"] < tf["linear"] < tf["action-blind"]
     # Rollout files carry their protocol.
     meta = read_metadata(project / "data/rollouts/pendulum/linear.parquet")

@@ -1,4 +1,12 @@
-"""The bootstrap stage: paired, episode-clustered intervals for every metric and horizon step."""
+"""The bootstrap stage: paired, episode-clustered intervals for every metric and horizon step.
+
+Each world has one resampling of each unit's episodes (observation, dynamics and
+control episodes), shared by every model and metric of that unit: the intervals
+are paired. A replicate of a metric is ``sum(c * value) / sum(c * denominator)``
+over episodes with multiplicities ``c``, then the metric's aggregate (identity, or
+the square root for RMSE). Episodes without a value get weight 0 and are counted
+out in ``n_clusters``.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +19,47 @@ import pyarrow as pa
 
 from .config import Params
 from .errors import WmevalError
+from .metrics import REGISTRY
 from .rng import make_rng
-from .stats import paired_mean_replicates, percentile_interval, resample_counts
+from .stats import percentile_interval, resample_counts
 from .tables import atomic_dir, atomic_write_text, write_table
 
-GROUP = ["world", "metric", "regime"]
+
+def _finish(x: np.ndarray, aggregate: str) -> np.ndarray:
+    if aggregate == "sqrt_mean":
+        return np.sqrt(np.maximum(x, 0.0))
+    return x
 
 
-def _intervals(df: pd.DataFrame, by: list[str], counts_for, boot) -> pd.DataFrame:
-    """Interval rows for every group in ``by``, one series per source, paired over episodes."""
+def intervals(df: pd.DataFrame, by: list[str], counts_for, boot) -> pd.DataFrame:
+    """Interval rows for every group in ``by`` (which must include world, metric, unit), one per source."""
     rows = []
     for key, g in df.groupby(by, observed=True, sort=True):
         key = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        wide = g.pivot(index="source", columns="episode", values="value")
-        counts = counts_for(key["world"])                      # (B, N_world)
-        cols = wide.columns.to_numpy()
-        values = wide.to_numpy()                               # (S, n) NaN where an episode has no value
-        present = ~np.isnan(values)
-        c = counts[:, cols]
-        # Episodes without a value (all steps invalid) get weight 0; counted in n_clusters.
-        reps = (c @ np.where(present, values, 0.0).T) / (c @ present.T.astype(float))
-        lo, hi = percentile_interval(reps, boot.confidence_level)
-        point = np.nanmean(values, axis=1)
-        for i, src in enumerate(wide.index):
-            rows.append({**key, "source": src, "point": point[i], "low": lo[i], "high": hi[i],
-                         "n_clusters": int(present[i].sum()), "n_resamples": boot.n_resamples,
-                         "confidence_level": boot.confidence_level, "method": boot.method,
-                         "resampling_unit": "episode"})
+        info = REGISTRY[key["metric"]]
+        num = g.pivot(index="source", columns="episode", values="value")
+        den = g.pivot(index="source", columns="episode", values="denominator").reindex_like(num)
+        present = ~np.isnan(num.to_numpy())
+        v = np.where(present, num.to_numpy(), 0.0)
+        d = np.where(present, den.to_numpy(), 0.0)
+        c = counts_for(key["world"], key["unit"])[:, num.columns.to_numpy()]   # (B, n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps = _finish((c @ v.T) / (c @ d.T), info.aggregate)              # (B, S)
+            point = _finish(v.sum(axis=1) / d.sum(axis=1), info.aggregate)
+        # A replicate can be undefined (a ratio over resampled episodes with zero denominator,
+        # e.g. precision when no event is predicted): the interval uses the defined replicates
+        # and the share of undefined ones is reported beside it.
+        undefined = (~np.isfinite(reps)).mean(axis=0)
+        lo, hi = np.full(len(num), np.nan), np.full(len(num), np.nan)
+        for j in np.flatnonzero((undefined < 1.0) & np.isfinite(point)):
+            lo[j], hi[j] = percentile_interval(reps[np.isfinite(reps[:, j]), j], boot.confidence_level)
+        for i, src in enumerate(num.index):
+            rows.append({**key, "source": src, "point": float(point[i]), "low": float(lo[i]),
+                         "high": float(hi[i]), "n_clusters": int(present[i].sum()),
+                         "n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
+                         "method": boot.method, "resampling_unit": f"{key['unit']} episode",
+                         "undefined_replicates": float(undefined[i]),
+                         "aggregate": info.aggregate})
     return pd.DataFrame(rows)
 
 
@@ -47,22 +69,23 @@ def bootstrap_stage(params: Params, stats: Path, out: Path, metrics_file: Path) 
     curves = pd.read_parquet(stats / "curves.parquet")
     if episodes.empty:
         raise WmevalError(f"{stats / 'episodes.parquet'}: no rows")
-    cache: dict[str, np.ndarray] = {}
-
-    def counts_for(world: str) -> np.ndarray:
-        # One resampling of the world's episodes, shared by every model and metric (paired).
-        if world not in cache:
-            cache[world] = resample_counts(params.protocol.n_episodes, boot.n_resamples,
-                                           make_rng(boot.seed, "bootstrap", world))
-        return cache[world]
-
-    iv = _intervals(episodes, [*GROUP, "condition"], counts_for, boot)
-    cv = _intervals(curves, [*GROUP, "t"], counts_for, boot)
-    metrics: dict = {}
-    for r in iv[iv.condition == "all"].itertuples():
-        d = metrics.setdefault(r.world, {}).setdefault(r.source, {}).setdefault(r.regime, {})
-        d[r.metric] = {"point": float(r.point), "low": float(r.low), "high": float(r.high)}
     protocol = json.loads((stats / "protocol.json").read_text())
+    cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def counts_for(world: str, unit: str) -> np.ndarray:
+        # One resampling per (world, unit), shared by every model and metric: paired intervals.
+        if (world, unit) not in cache:
+            n = protocol["worlds"][world]["units"][unit]
+            cache[world, unit] = resample_counts(n, boot.n_resamples, make_rng(boot.seed, "bootstrap", world, unit))
+        return cache[world, unit]
+
+    group = ["world", "metric", "regime", "condition", "unit"]
+    iv = intervals(episodes, group, counts_for, boot)
+    cv = intervals(curves, [*group, "t"], counts_for, boot)
+    metrics: dict = {}
+    for r in iv.itertuples():
+        d = metrics.setdefault(r.world, {}).setdefault(r.source, {}).setdefault(r.metric, {})
+        d[f"{r.regime}/{r.condition}"] = {"point": r.point, "low": r.low, "high": r.high}
     protocol["bootstrap"] = {"n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
                              "method": boot.method, "seed": boot.seed, "resampling_unit": "episode",
                              "paired": True}
@@ -70,4 +93,14 @@ def bootstrap_stage(params: Params, stats: Path, out: Path, metrics_file: Path) 
         write_table(pa.Table.from_pandas(iv, preserve_index=False), tmp / "intervals.parquet")
         write_table(pa.Table.from_pandas(cv, preserve_index=False), tmp / "curves.parquet")
         (tmp / "protocol.json").write_text(json.dumps(protocol, indent=2, sort_keys=True))
-    atomic_write_text(metrics_file, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    # NaN (an undefined ratio, e.g. precision without predicted events) is written as null.
+    text = json.dumps(_nan_to_none(metrics), indent=2, sort_keys=True)
+    atomic_write_text(metrics_file, text + "\n")
+
+
+def _nan_to_none(x):
+    if isinstance(x, dict):
+        return {k: _nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x

@@ -36,6 +36,7 @@ class WorldConfig:
     name: str
     kind: str
     params: dict = field(default_factory=dict)
+    dynamics: dict = field(default_factory=dict)  # per-world overrides of the ``dynamics`` section
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,47 @@ class BootstrapConfig:
 
 
 @dataclass(frozen=True)
+class DynamicsConfig:
+    """``dynamics``: seed 002's state-level layers (rollout curves, sensitivity, counterfactuals,
+    control, probes), run on their own episode set, state predictions only.
+
+    Attributes:
+        n_episodes: dynamics episodes (seed 002: 200 starts uniform in the world's box).
+        horizon: open-loop rollout curves, steps 1..horizon (seed: 50).
+        n_random_plans: random plans per episode (besides the world's declared plans).
+        counterfactual_horizon: the step at which counterfactual cosine and gap are summarised (seed: 20).
+        n_plans, plan_horizon: random-shooting planner budget (seed: 256 plans of 15 steps).
+        control_episodes, control_steps: MPC episodes in the real world (seed: 20 of 60 steps).
+        probe_horizon, probe_windows, probe_tolerance: energy-type probes (seed: 200 steps, w = 1 and 20, 1e-6).
+        probe_max_true_rate: a probe that flags more than this share of the true world's steps is
+            miscalibrated and is not used to judge models.
+        seed: seed of the dynamics draws.
+    """
+
+    name: str
+    n_episodes: int
+    horizon: int
+    n_random_plans: int
+    counterfactual_horizon: int
+    n_plans: int
+    plan_horizon: int
+    control_episodes: int
+    control_steps: int
+    probe_horizon: int
+    probe_windows: list
+    probe_tolerance: float
+    probe_max_true_rate: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class Params:
     worlds: dict[str, WorldConfig]
     models: dict[str, ModelsConfig]
     protocol: ProtocolConfig
     encoder: EncoderConfig
     bootstrap: BootstrapConfig
+    dynamics: DynamicsConfig
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -127,6 +163,8 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
         ok = isinstance(value, str)
     elif base is dict:
         ok = isinstance(value, dict)
+    elif base is list:
+        ok = isinstance(value, list)
     else:
         ok = True
     if not ok:
@@ -167,7 +205,7 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
-    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap"}
+    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -215,7 +253,36 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         raise ConfigError(f"{source}: bootstrap.n_resamples = {boot.n_resamples}; use at least 100")
     if not 0.5 < boot.confidence_level < 1.0:
         raise ConfigError(f"{source}: bootstrap.confidence_level = {boot.confidence_level}; must be in (0.5, 1)")
-    return Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot)
+    dyn = parse_section(DynamicsConfig, raw["dynamics"], f"{source}: dynamics")
+    _check_dynamics(dyn, f"{source}: dynamics")
+    params = Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot,
+                    dynamics=dyn)
+    for k in worlds:
+        _check_dynamics(world_dynamics(params, k, source), f"{source}: dynamics (with worlds.{k}.dynamics)")
+    return params
+
+
+def _check_dynamics(dyn: "DynamicsConfig", where: str) -> None:
+    for key in ("n_episodes", "horizon", "counterfactual_horizon", "n_plans", "plan_horizon",
+                "control_episodes", "control_steps", "probe_horizon"):
+        if getattr(dyn, key) < 1:
+            raise ConfigError(f"{where}: {key} = {getattr(dyn, key)}; must be >= 1")
+    if dyn.counterfactual_horizon > dyn.horizon:
+        raise ConfigError(f"{where}: counterfactual_horizon = {dyn.counterfactual_horizon} exceeds "
+                          f"dynamics.horizon = {dyn.horizon}")
+    if not dyn.probe_windows or any(not isinstance(w, int) or not 1 <= w < dyn.probe_horizon
+                                    for w in dyn.probe_windows):
+        raise ConfigError(f"{where}: probe_windows = {dyn.probe_windows}; expected integers in "
+                          f"[1, probe_horizon = {dyn.probe_horizon})")
+
+
+def world_dynamics(params: Params, world: str, source: str = PARAMS_FILE) -> DynamicsConfig:
+    """The ``dynamics`` section with ``worlds.<world>.dynamics`` overrides applied."""
+    over = params.worlds[world].dynamics
+    if not over:
+        return params.dynamics
+    merged = {**dataclasses.asdict(params.dynamics), **over}
+    return parse_section(DynamicsConfig, merged, f"{source}: worlds.{world}.dynamics")
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:

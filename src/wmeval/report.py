@@ -1,93 +1,222 @@
-"""Render the scorecard (Markdown) from bootstrap intervals and the protocol record."""
+"""Render the scorecard (Markdown) from bootstrap intervals and the protocol record.
+
+Per world: the layer tables (observation, dynamics and control, task signals), the
+probe calibration on the true world, rollout error at a few horizons, and the
+cross-layer ranking. Every number is ``point [low, high]``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .metrics import REGISTRY
 
-REGIME_LABEL = {"teacher_forced": "one-step (teacher-forced)", "open_loop": "open-loop"}
+REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
+                "probe": "probe"}
+Column = tuple[str, str, str, str]  # label, metric, regime, condition
 
 
 def fmt(x: float) -> str:
+    if x is None or not np.isfinite(x):
+        return "undefined"
     if x == 0:
         return "0"
     a = abs(x)
     if a >= 1000 or a < 1e-3:
-        return f"{x:.3e}"
-    return f"{x:.4g}"
+        return f"{x:.2e}"
+    return f"{x:.3g}"
 
 
-def cell(row: pd.Series) -> str:
-    return f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
+def cell(row: pd.Series | None) -> str:
+    if row is None:
+        return "n/a"
+    if not np.isfinite(row.point):
+        return "undefined"
+    text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
+    undefined = getattr(row, "undefined_replicates", 0.0)
+    if undefined and undefined > 0:
+        text += f" ({undefined:.0%} of replicates undefined)"
+    return text
 
 
-def world_table(iv: pd.DataFrame, models: list[str]) -> str:
-    """Markdown table: rows models, columns (regime, metric); pooled conditions."""
-    iv = iv[iv.condition == "all"]
-    cols = [(r, m) for r in ("teacher_forced", "open_loop") for m in REGISTRY if ((iv.regime == r) & (iv.metric == m)).any()]
-    head = ["model"] + [f"{REGIME_LABEL[r]} {m} {'↑' if REGISTRY[m].higher_is_better else '↓'}" for r, m in cols]
+def lookup(iv: pd.DataFrame, source: str, metric: str, regime: str, condition: str) -> pd.Series | None:
+    sel = iv[(iv.source == source) & (iv.metric == metric) & (iv.regime == regime) & (iv.condition == condition)]
+    return sel.iloc[0] if len(sel) else None
+
+
+def table(iv: pd.DataFrame, rows: list[str], columns: list[Column]) -> str:
+    head = ["model"] + [f"{label} {REGISTRY[m].arrow}" for label, m, _, _ in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for src in models:
-        cells = [f"`{src}`"]
-        for r, m in cols:
-            sel = iv[(iv.source == src) & (iv.regime == r) & (iv.metric == m)]
-            cells.append(cell(sel.iloc[0]) if len(sel) else "n/a (no such output)")
-        lines.append("| " + " | ".join(cells) + " |")
+    for src in rows:
+        lines.append("| " + " | ".join([f"`{src}`"] + [cell(lookup(iv, src, m, r, c)) for _, m, r, c in columns]) + " |")
     return "\n".join(lines)
 
 
-def condition_table(iv: pd.DataFrame, models: list[str], metric: str, regime: str) -> str:
-    iv = iv[(iv.metric == metric) & (iv.regime == regime) & (iv.condition != "all")]
-    conds = sorted(iv.condition.unique())
-    if not conds:
+def present(iv: pd.DataFrame, columns: list[Column]) -> list[Column]:
+    return [c for c in columns if ((iv.metric == c[1]) & (iv.regime == c[2]) & (iv.condition == c[3])).any()]
+
+
+def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column]]:
+    dyn = wp["dynamics"]
+    H, cf = dyn["horizon"], dyn["counterfactual_horizon"]
+    pairs = [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]]
+    observation = [
+        ("one-step state RMSE", "state_rmse", "teacher_forced", "all"),
+        ("one-step pixel MSE", "pixel_mse", "teacher_forced", "all"),
+        (f"open-loop state RMSE (H={wp['horizon']})", "state_rmse", "open_loop", "all"),
+        (f"open-loop pixel MSE (H={wp['horizon']})", "pixel_mse", "open_loop", "all"),
+        ("open-loop feature MSE", "feature_mse", "open_loop", "all"),
+    ]
+    dynamics = [
+        (f"rollout RMSE @{H}, random actions", "rollout_state_rmse", "open_loop", f"random @t={H}"),
+        (f"rollout RMSE @{H}, planner's actions", "rollout_state_rmse", "open_loop", f"planner @t={H}"),
+        *[(f"action sensitivity ({p})", "action_sensitivity", "open_loop", p) for p in pairs],
+        *[(f"counterfactual cosine @{cf}", "counterfactual_cosine", "open_loop", f"{p} @t={cf}") for p in pairs],
+        *[(f"counterfactual gap @{cf}", "counterfactual_gap", "open_loop", f"{p} @t={cf}") for p in pairs],
+        *[(f"MPC cost: {t}", "control_cost", "closed_loop", t) for t in dyn["tasks"]],
+    ]
+    task = [("reward MSE", "reward_mse", "open_loop", "all"), ("event precision", "event_precision", "open_loop", "all"),
+            ("event recall", "event_recall", "open_loop", "all"), ("peak time offset", "peak_time_offset", "open_loop", "all")]
+    return {"observation": present(iv, observation), "dynamics": present(iv, dynamics), "task": present(iv, task)}
+
+
+def probe_rows(iv: pd.DataFrame, wp: dict[str, Any]) -> tuple[str, list[Column]]:
+    """Calibration table of every probe window on the true world; the calibrated windows as columns."""
+    dyn = wp["dynamics"]
+    lines, calibrated = [], []
+    for probe in dyn["probes"]:
+        for w in dyn["probe_windows"]:
+            cond = f"{probe} w={w}"
+            truth = lookup(iv, "ground_truth", "probe_flag_rate", "probe", cond)
+            if truth is None:
+                continue
+            ok = truth.high <= dyn["probe_max_true_rate"]
+            if ok:
+                calibrated.append((f"probe {probe}, w={w}", "probe_flag_rate", "probe", cond))
+            lines.append(f"| `{probe}` | {w} | {cell(truth)} | "
+                         + ("calibrated: used to judge models" if ok else
+                            f"**miscalibrated** (flags the true world above {dyn['probe_max_true_rate']}): not used") + " |")
+    if not lines:
+        return "", []
+    head = "| probe | window w | true-world flag rate | verdict |\n|---|---|---|---|\n"
+    return head + "\n".join(lines), calibrated
+
+
+def curve_table(cv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> str:
+    H = wp["dynamics"]["horizon"]
+    ts = sorted({t for t in (1, 5, 10, 20, H) if t <= H})
+    lines = []
+    for cond, label in (("random", "random actions"), ("planner", "planner's actions")):
+        sel = cv[(cv.metric == "rollout_state_rmse") & (cv.condition == cond)]
+        if sel.empty:
+            continue
+        lines += [f"Open-loop state RMSE by horizon, {label}:", "",
+                  "| model | " + " | ".join(f"t={t}" for t in ts) + " |", "|" + "---|" * (len(ts) + 1)]
+        for m in models:
+            cells = []
+            for t in ts:
+                r = sel[(sel.source == m) & (sel.t == t)]
+                cells.append(cell(r.iloc[0]) if len(r) else "n/a")
+            lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> str:
+    """Rank of each model (1 = best, by point estimate) in each layer's headline metric."""
+    ranks: dict[str, list[str]] = {m: [] for m in models}
+    used = []
+    for label, metric, regime, cond in columns:
+        info = REGISTRY[metric]
+        vals = {m: lookup(iv, m, metric, regime, cond) for m in models}
+        bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)}
+        if len(bad) < 2:
+            continue
+        used.append(label)
+        for m in models:
+            ranks[m].append(str(1 + sum(b < bad[m] for b in bad.values())) if m in bad else "–")
+    if not used:
         return ""
-    head = ["model"] + [f"condition `{c}`" for c in conds]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for src in models:
-        cells = [f"`{src}`"]
-        for c in conds:
-            sel = iv[(iv.source == src) & (iv.condition == c)]
-            cells.append(cell(sel.iloc[0]) if len(sel) else "n/a")
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = ["| model | " + " | ".join(used) + " |", "|" + "---|" * (len(used) + 1)]
+    for m in models:
+        r = ranks[m]
+        numeric = {x for x in r if x != "–"}
+        flag = " (rank changes)" if len(numeric) > 1 else ""
+        lines.append(f"| `{m}`{flag} | " + " | ".join(r) + " |")
     return "\n".join(lines)
 
 
-def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any]) -> str:
+def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None) -> str:
     boot = protocol["bootstrap"]
     out = ["# wmeval scorecard", "",
            f"Every number is a point estimate with its {boot['confidence_level']:.0%} "
-           f"{boot['method']} bootstrap interval over evaluation episodes "
-           f"(trajectory-clustered: the resampling unit is the episode; B = {boot['n_resamples']}, "
-           f"seed {boot['seed']}; the same resampled episodes for every model of a world). "
-           "↓: lower is better.", ""]
+           f"{boot['method']} bootstrap interval (B = {boot['n_resamples']}, seed {boot['seed']}). "
+           "Intervals resample episodes, the independent unit (observation, dynamics or control episodes, "
+           "as the protocol says), with the same resampled episodes for every model of a world (paired). "
+           "↓ lower is better, ↑ higher is better, →1 closest to 1 is best. `ground_truth` rows are "
+           "the true world scored by the same code: a reference, not a competitor.", ""]
     for world, wp in protocol["worlds"].items():
         iv = intervals[intervals.world == world]
         models = list(wp["models"])
-        out += [f"## {world}", "", world_table(iv, models), ""]
-        ct = condition_table(iv, models, "pixel_mse", "open_loop")
-        if ct:
-            out += ["Open-loop pixel_mse per condition (stratum):", "", ct, ""]
-        out += ["**Protocol**", "",
-                f"- episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), horizon H = {wp['horizon']}",
-                f"- plans: " + ", ".join(f"`{p}` (condition `{c}`)" for p, c in wp["plans"].items())
+        cols = world_columns(iv, wp)
+        probe_md, calibrated = probe_rows(iv, wp)
+        dyn = wp["dynamics"]
+        out += [f"## {world}", ""]
+        rank_cols = [c for c in cols["observation"] if c[1] in ("state_rmse", "pixel_mse")] \
+            + [c for c in cols["dynamics"] if c[1] != "counterfactual_cosine"] + calibrated \
+            + [c for c in cols["task"] if c[1] == "reward_mse"]
+        rk = ranking(iv, models, rank_cols)
+        if rk:
+            out += ["### Cross-layer ranking", "",
+                    "Rank by point estimate in each layer's headline metric (1 = best; ties share a rank; "
+                    "rank intervals are not computed yet). A model that wins every column is rare; the "
+                    "column it loses tells you what to fix.", "", rk, ""]
+        out += ["### Observation layers", "", table(iv, models, cols["observation"]), ""]
+        cond_cols = [(f"`{c}`", "pixel_mse", "open_loop", c) for c in sorted(set(wp["plans"].values()))]
+        out += ["Open-loop pixel MSE per condition (stratum):", "", table(iv, models, present(iv, cond_cols)), ""]
+        if cols["dynamics"]:
+            dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
+            out += ["### Dynamics and control layers", "", table(iv, dyn_models, cols["dynamics"] + calibrated), ""]
+            if curves is not None:
+                out += [curve_table(curves[curves.world == world], dyn_models[1:], wp)]
+        if probe_md:
+            out += ["### Physics probes, calibrated on the true world first", "", probe_md, ""]
+        if cols["task"]:
+            out += ["### Task signals", "", f"Reward: {wp['reward']}; event: {wp['event']}. "
+                    "Read from each model's open-loop prediction.", "", table(iv, models, cols["task"]), ""]
+        out += ["### Protocol", "",
+                f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), "
+                f"horizon H = {wp['horizon']}",
+                "- plans: " + ", ".join(f"`{p}` (condition `{c}`)" for p, c in wp["plans"].items())
                 + "; open-loop values weight plans equally, steps averaged within a plan",
-                f"- teacher-forced: along realization 0 of `{wp['teacher_forced_plan']}`, steps 1..H",
-                f"- realized futures M = {wp['num_futures']} per plan (open-loop error is averaged over "
-                f"every (sample, future) pair); samples K: "
-                + ", ".join(f"`{m}` {k}" for m, k in wp["models"].items()),
-                f"- frames {wp['frame_shape']} stored as {wp['frame_dtype']}, data range L = 1",
-                f"- state metrics only for models that output states ("
-                + ", ".join(f"`{m}`" for m in wp["models_with_state"]) + ")",
-                ""]
+                f"- teacher-forced (one-step): along realization 0 of `{wp['teacher_forced_plan']}`, steps 1..H",
+                f"- realized futures M = {wp['num_futures']} per plan (errors average every (sample, future) "
+                f"pair); samples K: " + ", ".join(f"`{m}` {k}" for m, k in wp["models"].items()),
+                f"- frames {wp['frame_shape']} stored as {wp['frame_dtype']}, data range L = 1; state metrics "
+                "only for models that output states (" + ", ".join(f"`{m}`" for m in wp["models_with_state"]) + ")",
+                f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps "
+                f"({dyn['n_random_plans']} random plan(s), the counterfactual pairs "
+                + ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
+                + f", and the actions the planner picks with each model on `{next(iter(dyn['tasks']), 'n/a')}`)",
+                f"- planner: random shooting, {dyn['n_plans']} plans of {dyn['plan_horizon']} steps, replanned every "
+                f"step, acting in the real world; control: {dyn['control_episodes']} episodes of "
+                f"{dyn['control_steps']} steps per task; tasks: "
+                + "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items()),
+                f"- probes: {dyn['probe_horizon']} zero-action steps, windows {dyn['probe_windows']}, "
+                f"tolerance {dyn['probe_tolerance']}",
+                ]
+        for m, why in dyn["skipped"].items():
+            out.append(f"- `{m}` has no dynamics layers: {why}")
+        out.append("")
     enc = protocol["encoder"]
     out += ["## Metrics", ""]
     for m in REGISTRY.values():
-        out.append(f"- `{m.name}` ({m.layer}, {'higher' if m.higher_is_better else 'lower'} is better, "
-                   f"{m.unit}): {m.definition}")
+        direction = {True: "higher is better", False: "lower is better", None: f"closest to {m.target} is best"}
+        out.append(f"- `{m.name}` ({m.layer}, {direction[m.higher_is_better]}, {m.unit}, "
+                   f"aggregate {m.aggregate}): {m.definition}")
     out += ["", f"`feature_mse` uses encoder `{enc['encoder']}` ({enc['kind']}; preprocessing "
-            f"{enc['preprocessing']}); "
-            + ("not comparable to published FID/FVD." if not enc["comparable_to_published"] else ""), ""]
+            f"{enc['preprocessing']})" + ("; not comparable to published FID/FVD." if not enc["comparable_to_published"] else "."), ""]
     return "\n".join(out)

@@ -74,17 +74,13 @@ def make_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
     return Episodes(ids=np.arange(n), s0=s0, plans=plans, realized=realized)
 
 
-def _history(world: World, states: np.ndarray, actions: np.ndarray) -> History:
-    """History from realized states ``(N, T0, D)`` and the ``(N, T0 - 1, A)`` actions between them."""
-    return History(frames=world.render(states), states=states, actions=actions)
-
-
 def _metadata(world: World, wcfg: WorldConfig, protocol: ProtocolConfig, source: str,
               model_cfg: dict | None, **extra: Any) -> dict:
     return {
         "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
         "source": source, "model_config": model_cfg, "protocol": dataclasses.asdict(protocol),
-        "seed": protocol.seed, "code": code_version(), "frame_dtype": protocol.frame_dtype, **extra,
+        "seed": protocol.seed, "code": code_version(), "frame_dtype": protocol.frame_dtype,
+        "reward": world.describe().get("reward"), **extra,
     }
 
 
@@ -92,11 +88,12 @@ def ground_truth_table(world: World, wcfg: WorldConfig, protocol: ProtocolConfig
     tables = []
     for p in eps.plans:
         states = eps.realized[p.name]  # (N, M, H + 1, D)
+        frames = world.render(states)
         actions = np.concatenate([np.zeros_like(p.actions[:, :1]), p.actions], axis=1)
         tables.append(rollout_table(
             world=world.name, source=GROUND_TRUTH, regime="realized", plan=p.name, condition=p.condition,
-            episodes=eps.ids, t=np.arange(protocol.horizon + 1), frames=world.render(states), states=states,
-            actions=actions, frame_dtype=protocol.frame_dtype))
+            episodes=eps.ids, t=np.arange(protocol.horizon + 1), frames=frames, states=states,
+            actions=actions, frame_dtype=protocol.frame_dtype, reward=world.reward(states, frames)))
     meta = _metadata(world, wcfg, protocol, GROUND_TRUTH, None,
                      num_futures=int(states.shape[1]),
                      plans={p.name: p.condition for p in eps.plans})
@@ -135,14 +132,15 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     n = len(eps.ids)
     d = world.state_dim
     tables, has_state, rendered = [], [], []
-    h0 = _history(world, eps.s0[:, None], np.zeros((n, 0, world.action_dim)))
+    h0 = History(states=eps.s0[:, None], actions=np.zeros((n, 0, world.action_dim)), render=world.render)
     for p in eps.plans:
         pred = _predict(model, name, world, "open_loop", p, h0, p.actions, samples,
                         make_rng(seed, world.name, "model", name, "open_loop", p.name), eps, protocol)
+        frames = _frames(world, pred)
         tables.append(rollout_table(
             world=world.name, source=name, regime="open_loop", plan=p.name, condition=p.condition,
-            episodes=eps.ids, t=np.arange(1, H + 1), frames=_frames(world, pred), states=pred.states,
-            actions=p.actions, frame_dtype=protocol.frame_dtype))
+            episodes=eps.ids, t=np.arange(1, H + 1), frames=frames, states=pred.states,
+            actions=p.actions, frame_dtype=protocol.frame_dtype, reward=world.reward(pred.states, frames)))
         has_state.append(pred.states is not None)
         rendered.append(pred.frames is None)
         if progress is not None:
@@ -178,7 +176,7 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     tables.append(rollout_table(
         world=world.name, source=name, regime="teacher_forced", plan=p.name, condition=p.condition,
         episodes=eps.ids, t=np.arange(1, H + 1), frames=tf_frames, states=tf_states,
-        actions=p.actions, frame_dtype=protocol.frame_dtype, logp=logp))
+        actions=p.actions, frame_dtype=protocol.frame_dtype, logp=logp, reward=world.reward(tf_states, tf_frames)))
     if len(set(has_state)) > 1:
         raise ModelOutputError(f"model {name!r} on world {world.name!r}: returned states for some calls and "
                                "not others; return states always or never")
@@ -191,14 +189,17 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     return with_metadata(pa.concat_tables(tables, promote_options="default"), meta)
 
 
-def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
-              progress: bool = True) -> dict[str, pa.Table]:
-    """Every table of one world: ``{"ground_truth": ..., model name: ...}``.
+def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:
+    """Instantiate (and fit) every model of a world before anything runs, so a bad config fails first."""
+    return {name: build_model(world.name, name, dict(cfg), world) for name, cfg in models_cfg.items()}
 
-    Models are built (and fitted) before anything runs, so a bad config fails first.
-    """
-    world = build_world(wcfg.name, dataclasses.asdict(wcfg))
-    models = {name: build_model(wcfg.name, name, dict(cfg), world) for name, cfg in models_cfg.items()}
+
+def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
+              progress: bool = True, *, world: World | None = None,
+              models: dict[str, Any] | None = None) -> dict[str, pa.Table]:
+    """Every observation table of one world: ``{"ground_truth": ..., model name: ...}``."""
+    world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
+    models = models if models is not None else build_models(world, models_cfg)
     eps = make_episodes(world, protocol)
     eps.plan(protocol.teacher_forced_plan)  # fail early on a bad plan name
     out = {GROUND_TRUTH: ground_truth_table(world, wcfg, protocol, eps)}

@@ -50,7 +50,8 @@ def dense(table: pa.Table, column: str, n_episodes: int, t_values: np.ndarray, w
         s, ti = divmod(rest, T)
         raise WmevalError(f"{where}: (episode {e}, sample {s}, t {int(t_values[ti])}) appears "
                           f"{int(counts[bad])} times; expected exactly once")
-    values = tensor_numpy(table, column) if column != "valid" else _col(table, "valid")
+    is_tensor = isinstance(table.column(column).type, pa.FixedShapeTensorType)
+    values = tensor_numpy(table, column) if is_tensor else _col(table, column)
     out = np.empty((n_episodes * n_s * T, *values.shape[1:]), dtype=values.dtype)
     out[flat] = values
     return out.reshape(n_episodes, n_s, T, *values.shape[1:])
@@ -167,59 +168,108 @@ def _initial_states(desc: dict) -> str:
     return "declared by the world"
 
 
+def _summaries(curves: "pd.DataFrame", dyn: dict) -> "pd.DataFrame":
+    """Per-episode headline rows of curve metrics, at the step their registry entry names."""
+    import pandas as pd
+
+    from .metrics import REGISTRY
+
+    parts = []
+    for metric, g in curves.groupby("metric", sort=True):
+        key = REGISTRY[metric].summary_t
+        if key is None:
+            continue
+        at = dyn[key]
+        parts.append(g[g.t == at].assign(condition=lambda d: d.condition + f" @t={at}"))
+    return pd.concat(parts, ignore_index=True) if parts else curves.iloc[:0]
+
+
 def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") -> None:
-    """Write ``contributions``, ``episodes`` and ``curves`` Parquet files and ``protocol.json`` to ``out``."""
+    """Write ``contributions``, ``episodes`` and ``curves`` Parquet files and ``protocol.json`` to ``out``.
+
+    ``episodes`` holds one row per (world, source, metric, regime, condition, unit, episode)
+    with ``value`` and ``denominator``; ``curves`` the same per horizon step ``t``.
+    """
     import json
 
     import pandas as pd
 
+    from .layers import COLUMNS, dynamics_contributions, task_signal_contributions
     from .metrics import REGISTRY
     from .tables import read_metadata, read_table, write_table
+    from .worlds import build_world
 
     H, N = params.protocol.horizon, params.protocol.n_episodes
     metric_columns = {"state_mse": ("state", 1), "pixel_mse": ("frame", 3), "feature_mse": ("embedding", 1)}
-    from .worlds import build_world
-
-    parts, worlds, encoder = [], {}, None
+    parts, extra_ep, extra_curve, worlds, encoder = [], [], [], {}, None
     for world in params.worlds:
-        delta = build_world(world, dataclasses.asdict(params.worlds[world])).state_delta
+        w = build_world(world, dataclasses.asdict(params.worlds[world]))
         gt_path = rollouts / world / "ground_truth.parquet"
         truth, gt_meta = read_table(gt_path), read_metadata(gt_path)
         fe_path = features / world / "ground_truth.parquet"
         truth_emb = read_table(fe_path, columns=[*KEYS, "embedding"])
         encoder = read_metadata(fe_path)
+        dyn_gt_path = rollouts / world / "dynamics" / "ground_truth.parquet"
+        dyn_truth, dyn_meta = read_table(dyn_gt_path), read_metadata(dyn_gt_path)
         models, with_state = {}, []
         entries = params.models[world].entries if world in params.models else {}
+        dyn_rows = [dynamics_contributions(w, "ground_truth", dyn_truth, dyn_truth, dyn_meta, str(dyn_gt_path))]
         for name in entries:
             path = rollouts / world / f"{name}.parquet"
             table, meta = read_table(path), read_metadata(path)
             emb = read_table(features / world / f"{name}.parquet", columns=[*KEYS, "embedding"])
-            parts.append(contributions(world, name, table, truth, N, H, metric_columns, str(path), emb, truth_emb, delta))
+            parts.append(contributions(world, name, table, truth, N, H, metric_columns, str(path), emb,
+                                       truth_emb, w.state_delta))
+            extra_ep.append(task_signal_contributions(w, name, table, truth, N, H, str(path)))
             models[name] = meta["num_samples"]
             if meta["has_state"]:
                 with_state.append(name)
-        desc = gt_meta["world"]
+            if name not in dyn_meta["skipped"]:
+                dpath = rollouts / world / "dynamics" / f"{name}.parquet"
+                dyn_rows.append(dynamics_contributions(w, name, read_table(dpath), dyn_truth, dyn_meta, str(dpath)))
+        dyn_df = pd.concat(dyn_rows, ignore_index=True)
+        extra_curve.append(dyn_df[dyn_df.t > 0])
+        extra_ep.append(dyn_df[dyn_df.t == 0])
+        extra_ep.append(_summaries(dyn_df[dyn_df.t > 0], dyn_meta["dynamics"]))
+        dyn = dyn_meta["dynamics"]
         worlds[world] = {
             "n_episodes": N, "horizon": H, "plans": gt_meta["plans"],
             "teacher_forced_plan": params.protocol.teacher_forced_plan,
             "num_futures": gt_meta["num_futures"], "models": models, "models_with_state": with_state,
             "frame_shape": truth.column("frame").type.shape, "frame_dtype": gt_meta["frame_dtype"],
-            "initial_states": _initial_states(desc), "world": desc,
+            "initial_states": _initial_states(gt_meta["world"]), "world": gt_meta["world"],
             "baseline": params.models[world].baseline if world in params.models else None,
+            "units": {"observation": N, "dynamics": dyn["n_episodes"], "control": dyn["control_episodes"]},
+            "dynamics": {**dyn, "plans": dyn_meta["plans"], "counterfactual_pairs": dyn_meta["counterfactual_pairs"],
+                         "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"]},
+            "reward": gt_meta["world"].get("reward"), "event": gt_meta["world"].get("event"),
         }
     contrib = pa.concat_tables(parts) if parts else None
     if contrib is None or contrib.num_rows == 0:
         raise WmevalError("statistics: no model rows to score; add models to the config")
     write_table(contrib, out / "contributions.parquet")
     df = contrib.to_pandas()
-    write_table(pa.Table.from_pandas(episode_values(df), preserve_index=False), out / "episodes.parquet")
-    write_table(pa.Table.from_pandas(curve_values(df), preserve_index=False), out / "curves.parquet")
+    ep = episode_values(df).assign(unit="observation", denominator=1.0)
+    rmse = ep[ep.metric == "state_mse"].assign(metric="state_rmse")
+    episodes = pd.concat([ep, rmse, *[e for e in extra_ep if len(e)]], ignore_index=True)
+    cv = curve_values(df).assign(condition="all", unit="observation", denominator=1.0)
+    curves = pd.concat([cv, *[c for c in extra_curve if len(c)]], ignore_index=True)
+    episodes = episodes[[c for c in COLUMNS if c != "t"]]
+    curves = curves[COLUMNS]
+    for name, d in (("episodes", episodes), ("curves", curves)):
+        unknown = set(d.metric) - set(REGISTRY)
+        if unknown:
+            raise WmevalError(f"statistics: metrics {sorted(unknown)} are not in the metric registry")
+        write_table(pa.Table.from_pandas(d.astype({"episode": "int64", "value": "float64",
+                                                   "denominator": "float64"}), preserve_index=False),
+                    out / f"{name}.parquet")
     record = {
         "worlds": worlds,
         "encoder": {k: encoder[k] for k in ("encoder", "kind", "preprocessing", "weights_sha256",
                                             "comparable_to_published", "dim")},
-        "metrics": {m.name: {"higher_is_better": m.higher_is_better, "unit": m.unit, "layer": m.layer,
-                             "definition": m.definition} for m in REGISTRY.values()},
+        "metrics": {m.name: {"higher_is_better": m.higher_is_better, "target": m.target, "unit": m.unit,
+                             "layer": m.layer, "definition": m.definition, "aggregate": m.aggregate}
+                    for m in REGISTRY.values()},
         "aggregation": "value per (episode, plan, t) = mean over (sample, realized future) pairs; "
                        "per episode: mean over valid steps within a plan, then plans weighted equally",
     }

@@ -23,6 +23,8 @@ action     fixed-shape tensor ``(A,)`` float64, the action that led to ``o_t``
            (zeros at t = 0)
 logp       float64, optional: log density of the realized ``o_t`` given the
            realized history, on teacher-forced rows of models with a density
+reward     float64, optional: the world's declared reward read from the row's
+           state (pendulum) or frame (blobs)
 ========== ===================================================================
 
 The file's schema metadata key ``wmeval`` holds a JSON record of what produced
@@ -48,7 +50,7 @@ from .errors import WmevalError
 
 METADATA_KEY = b"wmeval"
 KEY_COLUMNS = ("world", "source", "episode", "condition", "plan", "sample", "regime", "t", "valid")
-REGIMES = ("teacher_forced", "open_loop", "realized")
+REGIMES = ("teacher_forced", "open_loop", "realized", "probe", "closed_loop")
 
 
 def tensor_array(values: np.ndarray) -> pa.ExtensionArray:
@@ -85,7 +87,8 @@ def decode_frames(frames: np.ndarray) -> np.ndarray:
 def rollout_table(*, world: str, source: str, regime: str, plan: str, condition: str,
                   episodes: np.ndarray, t: np.ndarray, frames: np.ndarray | None,
                   states: np.ndarray | None, actions: np.ndarray, frame_dtype: str,
-                  logp: np.ndarray | None = None, valid: np.ndarray | None = None) -> pa.Table:
+                  logp: np.ndarray | None = None, valid: np.ndarray | None = None,
+                  reward: np.ndarray | None = None) -> pa.Table:
     """Rows for one (source, regime, plan), arrays laid out ``(N, S, T, ...)``.
 
     Args:
@@ -96,6 +99,7 @@ def rollout_table(*, world: str, source: str, regime: str, plan: str, condition:
         actions: ``(N, T, A)``, the action leading to each step (shared by samples).
         logp: ``(N, T)`` or None (shared by samples).
         valid: ``(N, T)`` bool or None (all valid).
+        reward: ``(N, S, T)`` or None: the world's reward read from each row's state or frame.
 
     Rows are ordered episode, sample, t.
     """
@@ -127,6 +131,8 @@ def rollout_table(*, world: str, source: str, regime: str, plan: str, condition:
     cols["action"] = tensor_array(per_step(np.asarray(actions, np.float64)))
     if logp is not None:
         cols["logp"] = per_step(np.asarray(logp, np.float64))
+    if reward is not None:
+        cols["reward"] = np.asarray(reward, np.float64).reshape(rows)
     return pa.table(cols)
 
 

@@ -39,13 +39,25 @@ import numpy as np
 from ..errors import ConfigError, ModelOutputError
 
 
-@dataclass(frozen=True)
 class History:
-    """Observed context, batched over N episodes (see module docstring for shapes)."""
+    """Observed context, batched over N episodes (see module docstring for shapes).
 
-    frames: np.ndarray | None
-    states: np.ndarray | None
-    actions: np.ndarray
+    ``frames`` are rendered from ``states`` on first access when the caller passes a
+    ``render`` function instead of frames (planning queries use this, so a
+    state-based model never pays for rendering).
+    """
+
+    __slots__ = ("_frames", "states", "actions", "_render")
+
+    def __init__(self, frames: np.ndarray | None = None, states: np.ndarray | None = None,
+                 actions: np.ndarray | None = None, render=None) -> None:
+        self._frames, self.states, self.actions, self._render = frames, states, actions, render
+
+    @property
+    def frames(self) -> np.ndarray | None:
+        if self._frames is None and self._render is not None and self.states is not None:
+            self._frames = self._render(self.states)
+        return self._frames
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,26 @@ class Plan:
     actions: np.ndarray
 
 
+@dataclass(frozen=True)
+class Task:
+    """A control task: start state, per-step cost on states ``(..., D) -> (...)``, declared target."""
+
+    name: str
+    start: tuple[float, ...]
+    cost: object  # Callable[[np.ndarray], np.ndarray]
+    description: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A physical invariant: ``quantity(states)`` must not increase under ``action`` (a constant)."""
+
+    name: str
+    quantity: object  # Callable[[np.ndarray], np.ndarray]
+    action: tuple[float, ...]
+    description: str
+
+
 @runtime_checkable
 class World(Protocol):
     """What the rollout protocol needs from a ground-truth world."""
@@ -60,6 +80,23 @@ class World(Protocol):
 
     def render(self, states: np.ndarray) -> np.ndarray:
         """Render ``(..., D)`` states to ``(..., H_img, W, C)`` float32 frames in [0, 1]."""
+
+    def sample_actions(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """Random actions ``(*shape, A)`` from the world's action space (random plans, MPC candidates)."""
+
+    def tasks(self) -> list[Task]:
+        """Declared control tasks; the first one is what the planner optimises for planner-chosen plans."""
+
+    def probes(self) -> list[Probe]:
+        """Declared physical-consistency probes (may be empty)."""
+
+    def counterfactual_pairs(self) -> list[tuple[str, str]]:
+        """Pairs of plan names evaluated as counterfactuals from the same start."""
+
+    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
+        """Per-step reward from predicted states or frames (None if it cannot be read from them)."""
+
+    reward_event_threshold: float
 
     def describe(self) -> dict:
         """A JSON-serialisable description of every parameter (for file metadata)."""

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .base import Plan
+from .base import Plan, Probe, Task
 
 ACTIONS = {"left": -1.0, "right": 1.0}
 
@@ -58,10 +58,13 @@ class BlobWorld:
     p_long: float = 0.5
     y_low: float = 14.0
     y_high: float = 34.0
+    target_x: float = 24.0
 
     stochastic = True
     state_dim = 2
     action_dim = 1
+    # Event: the blob covers the target column (peak intensity there above 0.5).
+    reward_event_threshold = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 < self.short_step < self.long_step:
@@ -81,12 +84,45 @@ class BlobWorld:
 
     def plans(self, n: int, horizon: int, n_random: int, rng: np.random.Generator) -> list[Plan]:
         plans = [
-            Plan(f"random_{i}", "random", rng.choice([-1.0, 1.0], size=(n, horizon, 1)))
+            Plan(f"random_{i}", "random", self.sample_actions(rng, (n, horizon)))
             for i in range(n_random)
         ]
         for name, direction in ACTIONS.items():
             plans.append(Plan(name, name, np.full((n, horizon, 1), direction)))
         return plans
+
+    def sample_actions(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.choice([-1.0, 1.0], size=(*shape, 1))
+
+    def tasks(self) -> list[Task]:
+        size, target = self.size, self.target_x
+
+        def cost(s: np.ndarray) -> np.ndarray:
+            d = np.abs(s[..., 0] - target) % size
+            return (np.minimum(d, size - d) / size) ** 2
+
+        return [Task("reach", (target - size / 2 + 4.0, (self.y_low + self.y_high) / 2), cost,
+                     f"move the blob to x = {target} (torus distance / size)^2")]
+
+    def probes(self) -> list[Probe]:
+        return []
+
+    def counterfactual_pairs(self) -> list[tuple[str, str]]:
+        return [("right", "left")]
+
+    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
+        """Brightest pixel of the target column: read from frames, so every model has one."""
+        col = int(round(self.target_x)) % self.size
+        if frames is not None:
+            return np.asarray(frames, dtype=np.float64)[..., :, col, :].max(axis=(-2, -1))
+        if states is None:
+            return None
+        # The same value from the state without rendering: the rendered column's peak.
+        grid = np.arange(self.size, dtype=np.float64)
+        dx = np.abs(col - states[..., 0]) % self.size
+        dx = np.minimum(dx, self.size - dx)
+        gy = np.exp(-0.5 * ((grid - states[..., 1:2]) / self.sigma) ** 2).max(axis=-1)
+        return np.exp(-0.5 * (dx / self.sigma) ** 2) * gy
 
     def displacement(self, actions: np.ndarray, long: np.ndarray) -> np.ndarray:
         """Signed x displacement for ``(N, A)`` actions and boolean ``long`` ``(N,)``."""
@@ -114,5 +150,7 @@ class BlobWorld:
 
     def describe(self) -> dict:
         d = asdict(self)
-        d.update(kind="blobs", actions=ACTIONS, wrap="periodic in x", stochastic=True)
+        d.update(kind="blobs", actions=ACTIONS, wrap="periodic in x", stochastic=True,
+                 reward=f"max intensity of column x = {self.target_x}",
+                 event=f"reward > {self.reward_event_threshold}")
         return d

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .base import Plan
+from .base import Plan, Probe, Task
 
 DT = 0.1
 GRAVITY = 9.8
@@ -68,9 +68,13 @@ class PendulumWorld:
     bob_sigma: float = 2.5
     dt: float = DT
 
+    hold_target: float = 0.15
+
     stochastic = False
     state_dim = 2
     action_dim = 1
+    # Event: the bob rises above half the rod's height (|theta| > 60 degrees).
+    reward_event_threshold = 0.5
 
     def __post_init__(self) -> None:
         if self.frame_size < 8:
@@ -85,13 +89,40 @@ class PendulumWorld:
 
     def plans(self, n: int, horizon: int, n_random: int, rng: np.random.Generator) -> list[Plan]:
         plans = [
-            Plan(f"random_{i}", "random", rng.uniform(-1, 1, size=(n, horizon, 1)))
+            Plan(f"random_{i}", "random", self.sample_actions(rng, (n, horizon)))
             for i in range(n_random)
         ]
         # Seed 002's counterfactual pair: full torque one way vs the other.
         plans.append(Plan("const_+1", "+1", np.ones((n, horizon, 1))))
         plans.append(Plan("const_-1", "-1", -np.ones((n, horizon, 1))))
         return plans
+
+    def sample_actions(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.uniform(-1, 1, size=(*shape, 1))
+
+    def energy(self, states: np.ndarray) -> np.ndarray:
+        """Seed 002's mechanical energy ``0.5 omega^2 + g (1 - cos theta)``."""
+        return 0.5 * states[..., 1] ** 2 + GRAVITY * (1 - np.cos(states[..., 0]))
+
+    def tasks(self) -> list[Task]:
+        target = self.hold_target
+        return [
+            Task("hold", (0.0, 0.0), lambda s: (s[..., 0] - target) ** 2,
+                 f"hold theta at {target} from rest (seed 002); cost (theta - {target})^2"),
+            Task("swing_up", (0.0, 0.0), lambda s: ((1 + np.cos(s[..., 0])) / 2) ** 2,
+                 "swing up from rest towards theta = pi; cost ((1 + cos theta) / 2)^2"),
+        ]
+
+    def probes(self) -> list[Probe]:
+        return [Probe("energy_non_increase", self.energy, (0.0,),
+                      "zero torque: mechanical energy 0.5 omega^2 + g (1 - cos theta) must not grow")]
+
+    def counterfactual_pairs(self) -> list[tuple[str, str]]:
+        return [("const_+1", "const_-1")]
+
+    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
+        """Bob height above its lowest point, in rod lengths: ``1 - cos theta``."""
+        return None if states is None else 1.0 - np.cos(states[..., 0])
 
     def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         return env_step(states, np.asarray(actions)[..., 0], self.dt)
@@ -126,5 +157,6 @@ class PendulumWorld:
     def describe(self) -> dict:
         d = asdict(self)
         d.update(kind="pendulum", dynamics="seed 002 env_step (semi-implicit Euler)",
+                 reward="1 - cos(theta)", event=f"reward > {self.reward_event_threshold}",
                  gravity=GRAVITY, gain=GAIN, damping=DAMPING, stochastic=False)
         return d
