@@ -63,7 +63,8 @@ REGISTRY: dict[str, MetricInfo] = {
                    aggregate="ratio", target=1.0),
         MetricInfo("counterfactual_cosine", True, "cosine", "dynamics",
                    "cosine between predicted and true differences of the two futures of a counterfactual "
-                   "pair (seed 002 layer 5)", summary_t="counterfactual_horizon"),
+                   "pair (seed 002 layer 5); undefined for an episode where either difference vanishes "
+                   "(a model that ignores the action), which is then counted out", summary_t="counterfactual_horizon"),
         MetricInfo("counterfactual_gap", False, "state units", "dynamics",
                    "norm of (predicted difference - true difference) of a counterfactual pair",
                    summary_t="counterfactual_horizon"),

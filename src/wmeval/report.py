@@ -106,14 +106,20 @@ def probe_rows(iv: pd.DataFrame, wp: dict[str, Any]) -> tuple[str, list[Column]]
 
 
 def curve_table(cv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> str:
+    """Curves at a few horizons: rollout error (random and planner's actions) and counterfactuals."""
     H = wp["dynamics"]["horizon"]
     ts = sorted({t for t in (1, 5, 10, 20, H) if t <= H})
+    specs = [("rollout_state_rmse", "random", "Open-loop state RMSE by horizon, random actions"),
+             ("rollout_state_rmse", "planner", "Open-loop state RMSE by horizon, the planner's actions")]
+    for a, b in wp["dynamics"]["counterfactual_pairs"]:
+        specs += [("counterfactual_cosine", f"{a} vs {b}", f"Counterfactual cosine by horizon ({a} vs {b})"),
+                  ("counterfactual_gap", f"{a} vs {b}", f"Counterfactual gap by horizon ({a} vs {b})")]
     lines = []
-    for cond, label in (("random", "random actions"), ("planner", "planner's actions")):
-        sel = cv[(cv.metric == "rollout_state_rmse") & (cv.condition == cond)]
+    for metric, cond, title in specs:
+        sel = cv[(cv.metric == metric) & (cv.condition == cond)]
         if sel.empty:
             continue
-        lines += [f"Open-loop state RMSE by horizon, {label}:", "",
+        lines += [f"{title} {REGISTRY[metric].arrow}:", "",
                   "| model | " + " | ".join(f"t={t}" for t in ts) + " |", "|" + "---|" * (len(ts) + 1)]
         for m in models:
             cells = []
