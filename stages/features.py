@@ -1,5 +1,6 @@
-"""Stage features: embed every rollout frame -> data/features/<world>/<source>.parquet."""
+"""Stage features: embed every rollout frame or clip -> data/features/<encoder>/<world>/<source>.parquet."""
 
+import logging
 from pathlib import Path
 
 from wmeval.config import load_params
@@ -9,16 +10,24 @@ from wmeval.stage import main
 from wmeval.tables import atomic_dir, write_table
 
 IN, OUT = Path("data/rollouts"), Path("data/features")
+log = logging.getLogger("stages.features")
 
 
 def run() -> None:
     params = load_params()
-    encoder = build_encoder(params.encoder)
+    encoder = build_encoder(params.encoder)       # verifies weights before anything is written
+    total = {"rows": 0, "hits": 0, "embedded": 0, "corrupt_shards": 0}
     with atomic_dir(OUT) as tmp:
         for name in params.worlds:
-            (tmp / name).mkdir()
+            (tmp / encoder.name / name).mkdir(parents=True)
             for f in sorted((IN / name).glob("*.parquet")):
-                write_table(embed_file(f, encoder), tmp / name / f.name)
+                table, stats = embed_file(f, encoder, params.encoder.cache_dir)
+                write_table(table, tmp / encoder.name / name / f.name)
+                log.info("%s/%s: %d rows, %d from the cache, %d embedded", name, f.name, stats["rows"],
+                         stats["hits"], stats["embedded"])
+                total = {k: total[k] + stats[k] for k in total}
+    log.info("feature cache (%s): %d rows, %d hits, %d embedded, %d corrupt shards recomputed",
+             encoder.name, total["rows"], total["hits"], total["embedded"], total["corrupt_shards"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 import subprocess
 from pathlib import Path
 
@@ -10,6 +12,12 @@ import yaml
 from wmeval.config import compose_text, validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Hermetic runs: the tests' embedding cache and weights live in a fresh temporary
+# directory (subprocesses such as `dvc repro` inherit these), never in ~/.cache.
+_TMP = Path(tempfile.mkdtemp(prefix="wmeval-tests-"))
+os.environ["WMEVAL_CACHE_DIR"] = str(_TMP / "cache")
+os.environ["WMEVAL_WEIGHTS_DIR"] = str(_TMP / "weights")
 
 
 @pytest.fixture(scope="session")

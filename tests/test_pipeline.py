@@ -79,3 +79,22 @@ def test_exp_run_set_param_composes_like_wmeval(project):
     assert params == compose_text(["protocol.horizon=2"], project)  # same bytes as DVC's composition
     t = pq.read_table(project / "data/rollouts/blobs/ground_truth.parquet", columns=["t"])
     assert max(t.column("t").to_pylist()) == 2
+
+
+def test_adding_a_model_embeds_only_its_rows(project):
+    """A second run after adding one model: the shared cache embeds that model's new rows and nothing else."""
+    import re
+
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "add", "-A"], project)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "exp", "--allow-empty"], project)
+    r = run([str(BIN / "dvc"), "exp", "run", "-S", "protocol.horizon=3",
+             "-S", "+models.pendulum.entries.refit._target_=wmeval.models.LeastSquaresPendulumModel",
+             "-S", "+models.pendulum.entries.refit.features=linear",
+             "-S", "+models.pendulum.entries.refit.fit_seed=1"], project)
+    log = r.stdout + r.stderr
+    counts = {m[0]: (int(m[1]), int(m[2]), int(m[3]))
+              for m in re.findall(r"(\w+/[\w.+-]+\.parquet): (\d+) rows, (\d+) from the cache, (\d+) embedded", log)}
+    assert counts, log[-2000:]
+    new = counts.pop("pendulum/refit.parquet")
+    assert new[2] > 0 and new[0] == new[1] + new[2]
+    assert all(e == 0 for _, _, e in counts.values()), counts

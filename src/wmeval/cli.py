@@ -49,6 +49,24 @@ def _cmd_episodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_weights(args: argparse.Namespace) -> int:
+    from .weights import WEIGHTS, expected, fetch, status, weights_dir
+
+    directory = weights_dir(args.dir)
+    if args.action == "list":
+        print(f"weights directory: {directory}")
+        print(f"{'name':<14} {'file':<40} {'status':<9} sha256 (expected / present)")
+        for spec in WEIGHTS.values():
+            path, actual, verdict = status(spec, directory)
+            print(f"{spec.name:<14} {spec.filename:<40} {verdict:<9} {expected(spec)} / {actual or '-'}")
+            print(f"{'':<14} {spec.used_by}")
+        return 0
+    if args.name not in WEIGHTS:
+        raise WmevalError(f"unknown weights {args.name!r}; known: {sorted(WEIGHTS)}")
+    print(f"wrote {fetch(WEIGHTS[args.name], directory)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -63,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, help="directory to write")
     e.add_argument("--params", default="params.yaml")
     e.set_defaults(func=_cmd_episodes)
+    w = sub.add_parser("weights", help="list or fetch encoder weights (verified by sha256)")
+    w.add_argument("action", choices=["list", "fetch"])
+    w.add_argument("name", nargs="?", help="with fetch: the weights to download")
+    w.add_argument("--dir", help="weights directory (default: $WMEVAL_WEIGHTS_DIR or the user cache)")
+    w.set_defaults(func=_cmd_weights)
     return p
 
 

@@ -77,12 +77,26 @@ class ProtocolConfig:
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """``encoder``: how frames are embedded for the distributional metrics."""
+    """``encoder``: how frames (or clips) are embedded for the distributional metrics.
+
+    Attributes:
+        kind: ``pixel``, ``random_conv``, ``inception_fid`` or ``i3d`` (see :mod:`wmeval.encoders`).
+        comparable_to_published: whether numbers on these features compare with published FID/FVD.
+        params: the kind's parameters (sizes, seed, clip length, weights pin).
+        device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
+        batch_size: images (or clips) per forward pass.
+        weights_dir: where weights files live (default ``$WMEVAL_WEIGHTS_DIR`` or the user cache).
+        cache_dir: the shared embedding cache (default ``$WMEVAL_CACHE_DIR`` or the user cache).
+    """
 
     name: str
     kind: str
     comparable_to_published: bool
     params: dict = field(default_factory=dict)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    batch_size: int = 64
+    weights_dir: str | None = None
+    cache_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""The features stage: embed every frame of every rollout file."""
+"""The features stage: embed every frame (image encoders) or clip (video encoders) of a rollout file.
+
+Embeddings come from the shared content-addressed cache (:mod:`wmeval.cache`): only
+rows the cache has never seen for this encoder are computed.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +13,63 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from .cache import FeatureCache, cache_root, encoder_key
 from .encoders import Encoder
 from .provenance import code_version, file_sha256
+from .scores import blocks, dense, select
 from .tables import KEY_COLUMNS, decode_frames, read_metadata, read_table, tensor_array, tensor_numpy, with_metadata
 
 log = logging.getLogger(__name__)
 FORMAT = "wmeval-features/1"
 
 
-def embed_file(path: Path, encoder: Encoder, batch_size: int = 512, progress: bool = True) -> pa.Table:
-    """The key columns of ``path`` plus an ``embedding`` tensor column ``(dim,)`` float32."""
+def _clips(table: pa.Table, length: int, stride: int, where: str) -> tuple[pa.Table, np.ndarray]:
+    """One clip per (regime, plan, episode, sample) sequence: steps 1, 1 + stride, ... (``length`` frames)."""
+    n = int(pa.compute.max(table.column("episode")).as_py()) + 1
+    t = np.asarray(table.column("t").to_numpy())
+    steps = np.arange(t.min(), t.max() + 1)
+    take = 1 + stride * np.arange(length)
+    if take[-1] > steps[-1]:
+        raise ValueError(f"{where}: a clip of {length} frames with stride {stride} needs steps up to {take[-1]}, "
+                         f"but the rollouts end at t = {steps[-1]}; lower encoder.params.clip_length or raise "
+                         "protocol.horizon")
+    keys, items = [], []
+    for b in blocks(table):
+        blk = select(table, b.regime, b.plan)
+        frames = dense(blk, "frame", n, steps, where)                    # (N, S, T, H, W, C)
+        s = frames.shape[1]
+        items.append(frames[:, :, np.searchsorted(steps, take)].reshape(n * s, length, *frames.shape[3:]))
+        first = blk.slice(0, 1)
+        keys.append(pa.table({
+            "world": pa.array([first.column("world")[0].as_py()] * (n * s)),
+            "source": pa.array([first.column("source")[0].as_py()] * (n * s)),
+            "episode": np.repeat(np.arange(n, dtype=np.int32), s),
+            "condition": pa.array([b.condition] * (n * s)), "plan": pa.array([b.plan] * (n * s)),
+            "sample": np.tile(np.arange(s, dtype=np.int32), n), "regime": pa.array([b.regime] * (n * s)),
+            "t": np.ones(n * s, np.int32), "valid": np.ones(n * s, bool)}))
+    return pa.concat_tables(keys), np.concatenate(items)
+
+
+def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progress: bool = True) -> tuple[pa.Table, dict]:
+    """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and the cache counters."""
     table = read_table(path, columns=[*KEY_COLUMNS, "frame"])
-    frames = tensor_numpy(table, "frame")
-    out = []
-    for i in tqdm(range(0, len(frames), batch_size), desc=f"embed {path.parent.name}/{path.stem}",
-                  unit="batch", disable=not progress, leave=False):
-        emb = encoder(decode_frames(frames[i:i + batch_size]))
-        if not np.all(np.isfinite(emb)):
-            raise ValueError(f"encoder {encoder.name!r} produced non-finite embeddings for {path}")
-        out.append(emb.astype(np.float32))
-    emb = np.concatenate(out) if out else np.empty((0, encoder.dim_per_channel), np.float32)
-    src_meta = read_metadata(path)
-    result = table.drop_columns(["frame"]).append_column("embedding", tensor_array(emb))
+    where = f"{path.parent.name}/{path.name}"
+    if encoder.clip:
+        keys, items = _clips(table, encoder.clip["length"], encoder.clip["frame_stride"], where)
+    else:
+        keys, items = table.drop_columns(["frame"]), tensor_numpy(table, "frame")
+    identity = encoder.cache_identity()
+    cache = FeatureCache(cache_root(cache_dir), encoder_key(identity), identity)
+    with tqdm(desc=f"embed {where}", unit="item", disable=not progress, leave=False) as bar:
+        emb = cache.embed(items, lambda raw: encoder(decode_frames(raw)), progress=bar.update)
+    cache.record(file=where, encoder=encoder.name)
+    src = read_metadata(path)
     meta = {
-        "format": FORMAT, **encoder.protocol(), "dim": int(emb.shape[1]),
-        "resolution": list(frames.shape[1:]), "clip": None,
-        "input": {"file": f"{path.parent.name}/{path.name}", "sha256": file_sha256(path),
-                  "format": src_meta.get("format")},
+        "format": FORMAT, **encoder.protocol(), "resolution": list(items.shape[-3:]),
+        "frame_rate": (1.0 / src["world"]["dt"]) if "dt" in src.get("world", {}) else None,
+        "input": {"file": where, "sha256": file_sha256(path), "format": src.get("format")},
         "code": code_version(),
     }
-    return with_metadata(result, meta)
+    if emb.shape[0] == 0:
+        emb = np.empty((0, encoder.dim or 0), np.float32)
+    return with_metadata(keys.append_column("embedding", tensor_array(emb)), meta), cache.stats.as_dict()

@@ -206,9 +206,11 @@ def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") 
         w = build_world(world, dataclasses.asdict(params.worlds[world]))
         gt_path = rollouts / world / "ground_truth.parquet"
         truth, gt_meta = read_table(gt_path), read_metadata(gt_path)
-        fe_path = features / world / "ground_truth.parquet"
-        truth_emb = read_table(fe_path, columns=[*KEYS, "embedding"])
+        fe_dir = features / params.encoder.name / world
+        fe_path = fe_dir / "ground_truth.parquet"
         encoder = read_metadata(fe_path)
+        # feature_mse is per frame: only for image encoders (a video encoder embeds clips).
+        truth_emb = read_table(fe_path, columns=[*KEYS, "embedding"]) if encoder["clip"] is None else None
         dyn_gt_path = rollouts / world / "dynamics" / "ground_truth.parquet"
         dyn_truth, dyn_meta = read_table(dyn_gt_path), read_metadata(dyn_gt_path)
         models, with_state = {}, []
@@ -217,7 +219,8 @@ def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") 
         for name in entries:
             path = rollouts / world / f"{name}.parquet"
             table, meta = read_table(path), read_metadata(path)
-            emb = read_table(features / world / f"{name}.parquet", columns=[*KEYS, "embedding"])
+            emb = (read_table(fe_dir / f"{name}.parquet", columns=[*KEYS, "embedding"])
+                   if truth_emb is not None else None)
             parts.append(contributions(world, name, table, truth, N, H, metric_columns, str(path), emb,
                                        truth_emb, w.state_delta))
             extra_ep.append(task_signal_contributions(w, name, table, truth, N, H, str(path)))
@@ -266,7 +269,8 @@ def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") 
     record = {
         "worlds": worlds,
         "encoder": {k: encoder[k] for k in ("encoder", "kind", "preprocessing", "weights_sha256",
-                                            "comparable_to_published", "dim")},
+                                            "comparable_to_published", "dim", "clip", "returns",
+                                            "resolution", "frame_rate")},
         "metrics": {m.name: {"higher_is_better": m.higher_is_better, "target": m.target, "unit": m.unit,
                              "layer": m.layer, "definition": m.definition, "aggregate": m.aggregate}
                     for m in REGISTRY.values()},

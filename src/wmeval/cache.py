@@ -1,0 +1,177 @@
+"""A content-addressed, crash-safe store of embeddings shared by every DVC workspace.
+
+Layout: ``<root>/<encoder key>/<sha256 of the shard file>.parquet``. The encoder key
+is the sha256 of everything that changes embeddings (encoder id, kind, weights
+sha256, preprocessing, clip spec); a row key is the BLAKE2b digest of the bytes of
+the input (a frame or a clip) with its dtype and shape. Each shard holds
+``key`` (binary) and ``embedding`` rows.
+
+* Lookups embed only rows whose key is in no shard (a new model, a higher K, more
+  episodes); a warm re-run embeds nothing.
+* Shards are written to a temporary file, fsynced and renamed under a lock, in
+  chunks, so an interrupted run keeps every finished chunk and two DVC queue
+  workers sharing the cache never see a half-written file.
+* A shard is named by its own sha256: a truncated or corrupted file fails that
+  check on read, is logged, moved to ``corrupt/`` and its rows are recomputed.
+* Counters (hits, embedded rows, corrupt shards) are logged and appended to
+  ``<root>/stats.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+
+def cache_root(configured: str | None = None) -> Path:
+    """The cache directory: the config value, ``$WMEVAL_CACHE_DIR``, or the user cache (absolute)."""
+    if configured:
+        return Path(configured).expanduser().resolve()
+    env = os.environ.get("WMEVAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("wmeval")).resolve() / "features"
+
+
+def encoder_key(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def row_keys(items: np.ndarray) -> list[bytes]:
+    """One 16-byte digest per row of ``items`` ``(N, ...)`` over dtype, shape and bytes."""
+    items = np.ascontiguousarray(items)
+    head = f"{items.dtype.str}{items.shape[1:]}".encode()
+    return [hashlib.blake2b(head + row.tobytes(), digest_size=16).digest() for row in items]
+
+
+@dataclass
+class CacheStats:
+    rows: int = 0
+    hits: int = 0
+    embedded: int = 0
+    corrupt_shards: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(rows=self.rows, hits=self.hits, embedded=self.embedded, corrupt_shards=self.corrupt_shards)
+
+
+class FeatureCache:
+    """The shards of one encoder key."""
+
+    def __init__(self, root: Path, key: str, identity: dict[str, Any] | None = None) -> None:
+        self.root, self.key = Path(root), key
+        self.dir = self.root / key
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ident = self.dir / "encoder.json"
+        if identity is not None and not ident.exists():
+            self._atomic_write(ident, json.dumps(identity, indent=2, sort_keys=True).encode())
+        self.stats = CacheStats()
+
+    def _lock(self):
+        from filelock import FileLock
+
+        return FileLock(str(self.dir / ".lock"), timeout=600)
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def _load_index(self) -> tuple[dict[bytes, tuple[int, int]], list[np.ndarray]]:
+        index: dict[bytes, tuple[int, int]] = {}
+        shards: list[np.ndarray] = []
+        for f in sorted(self.dir.glob("*.parquet")):
+            data = f.read_bytes()
+            if hashlib.sha256(data).hexdigest() != f.stem:
+                self._quarantine(f, "its sha256 does not match its name (truncated or corrupted)")
+                continue
+            try:
+                t = pq.read_table(pa.BufferReader(data))
+                keys = t.column("key").to_pylist()
+                emb = t.column("embedding").combine_chunks().to_numpy_ndarray()
+            except Exception as e:  # a file with a valid name but unreadable content
+                self._quarantine(f, f"unreadable: {e}")
+                continue
+            s = len(shards)
+            shards.append(emb)
+            for i, k in enumerate(keys):
+                index[k] = (s, i)
+        return index, shards
+
+    def _quarantine(self, f: Path, why: str) -> None:
+        self.stats.corrupt_shards += 1
+        log.warning("feature cache: shard %s is %s; moving it to corrupt/ and recomputing its rows", f, why)
+        (self.dir / "corrupt").mkdir(exist_ok=True)
+        try:
+            os.replace(f, self.dir / "corrupt" / f.name)
+        except OSError:
+            f.unlink(missing_ok=True)
+
+    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> None:
+        table = pa.table({"key": pa.array(keys, pa.binary(16)),
+                          "embedding": pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(emb, np.float32))})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        with self._lock():
+            self._atomic_write(self.dir / f"{hashlib.sha256(data).hexdigest()}.parquet", data)
+
+    def embed(self, items: np.ndarray, compute: Callable[[np.ndarray], np.ndarray], chunk: int = 2048,
+              progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embeddings of every row of ``items``, computing only the rows no shard has."""
+        keys = row_keys(items)
+        index, shards = self._load_index()
+        self.stats.rows += len(keys)
+        missing: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            if k not in index and k not in missing:
+                missing[k] = i
+        # Served without computing: rows already cached and repeats of a row computed once here.
+        self.stats.hits += len(keys) - len(missing)
+        todo = list(missing.items())
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            idx = np.array([i for _, i in part])
+            emb = np.asarray(compute(items[idx]), dtype=np.float32)
+            if emb.shape[0] != len(part) or not np.all(np.isfinite(emb)):
+                raise ValueError(f"encoder returned {emb.shape} embeddings (non-finite or wrong count) for {len(part)} inputs")
+            self._write_shard([k for k, _ in part], emb)
+            s = len(shards)
+            shards.append(emb)
+            for j, (k, _) in enumerate(part):
+                index[k] = (s, j)
+            self.stats.embedded += len(part)
+            if progress is not None:
+                progress(len(part))
+        if not keys:
+            return np.empty((0, 0), np.float32)
+        offsets = np.cumsum([0] + [len(x) for x in shards])
+        where = np.array([index[k] for k in keys])           # (N, 2): shard, row
+        return np.concatenate(shards)[offsets[where[:, 0]] + where[:, 1]]
+
+    def record(self, **context: Any) -> None:
+        line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(), **context})
+        with self._lock(), open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")

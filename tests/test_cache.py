@@ -1,0 +1,92 @@
+"""The content-addressed embedding cache: reuse, new rows only, crashes, corruption, concurrent writers."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from wmeval.cache import FeatureCache, encoder_key
+
+
+def enc(x):
+    return x.reshape(len(x), -1)[:, :4].astype(np.float32) * 2.0
+
+
+def items(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 255, size=(n, 3, 3, 1), dtype=np.uint8)
+
+
+def test_warm_run_embeds_nothing_and_new_rows_only(tmp_path):
+    key = encoder_key({"encoder": "toy"})
+    x = items(100)
+    c1 = FeatureCache(tmp_path, key)
+    np.testing.assert_array_equal(c1.embed(x, enc, chunk=30), enc(x))
+    assert c1.stats.embedded == 100 and len(list((tmp_path / key).glob("*.parquet"))) == 4
+    c2 = FeatureCache(tmp_path, key)
+    np.testing.assert_array_equal(c2.embed(x, enc), enc(x))
+    assert c2.stats.embedded == 0 and c2.stats.hits == 100
+    more = np.concatenate([x, items(7, seed=1)])
+    c3 = FeatureCache(tmp_path, key)
+    np.testing.assert_array_equal(c3.embed(more, enc), enc(more))
+    assert c3.stats.embedded == 7
+    # Another encoder identity shares nothing.
+    c4 = FeatureCache(tmp_path, encoder_key({"encoder": "toy", "weights_sha256": "x"}))
+    c4.embed(x, enc)
+    assert c4.stats.embedded == 100
+
+
+def test_duplicate_rows_are_embedded_once(tmp_path):
+    x = items(10)
+    c = FeatureCache(tmp_path, "k")
+    out = c.embed(np.concatenate([x, x]), enc)
+    assert c.stats.embedded == 10
+    np.testing.assert_array_equal(out[:10], out[10:])
+
+
+def test_interrupted_run_keeps_finished_chunks(tmp_path):
+    x = items(50)
+    calls = {"n": 0}
+
+    def flaky(batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # killed in the middle of the third chunk
+        return enc(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        FeatureCache(tmp_path, "k").embed(x, flaky, chunk=10)
+    c = FeatureCache(tmp_path, "k")
+    np.testing.assert_array_equal(c.embed(x, enc, chunk=10), enc(x))
+    assert c.stats.embedded == 30 and c.stats.hits == 20
+    assert not list((tmp_path / "k").glob(".tmp-*"))
+
+
+def test_corrupt_shard_is_detected_and_recomputed(tmp_path, caplog):
+    x = items(20)
+    FeatureCache(tmp_path, "k").embed(x, enc, chunk=10)
+    shard = sorted((tmp_path / "k").glob("*.parquet"))[0]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])            # truncated
+    c = FeatureCache(tmp_path, "k")
+    with caplog.at_level("WARNING"):
+        np.testing.assert_array_equal(c.embed(x, enc), enc(x))
+    assert c.stats.corrupt_shards == 1 and c.stats.embedded == 10
+    assert "truncated or corrupted" in caplog.text
+    assert (tmp_path / "k" / "corrupt" / shard.name).exists()
+
+
+def _worker(args):
+    root, seed = args
+    x = np.concatenate([items(200, seed=0), items(50, seed=seed)])
+    c = FeatureCache(root, "k")
+    out = c.embed(x, enc, chunk=16)
+    return bool(np.array_equal(out, enc(x)))
+
+
+def test_concurrent_writers_share_the_cache(tmp_path):
+    with mp.get_context("spawn").Pool(2) as pool:
+        assert all(pool.map(_worker, [(tmp_path, 1), (tmp_path, 2)]))
+    c = FeatureCache(tmp_path, "k")
+    x = np.concatenate([items(200), items(50, 1), items(50, 2)])
+    np.testing.assert_array_equal(c.embed(x, enc), enc(x))
+    assert c.stats.embedded == 0 and c.stats.corrupt_shards == 0

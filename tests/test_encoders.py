@@ -1,0 +1,179 @@
+"""Encoders, verified weights and LPIPS, through the real loading paths with checkpoints made here."""
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from wmeval.cli import main
+from wmeval.config import EncoderConfig
+from wmeval.encoders import build_encoder, random_conv_net
+from wmeval.errors import ConfigError
+from wmeval.perceptual import load_lpips
+from wmeval.provenance import file_sha256
+from wmeval.weights import WeightsError, WeightsSpec, fetch, require
+
+
+def fid_architecture():
+    """pytorch-fid's FID Inception, built as its fid_inception_v3 does, randomly initialised."""
+    import pytorch_fid.inception as pfi
+
+    net = pfi._inception_v3(num_classes=1008, aux_logits=False, weights=None)
+    net.Mixed_5b = pfi.FIDInceptionA(192, pool_features=32)
+    net.Mixed_5c = pfi.FIDInceptionA(256, pool_features=64)
+    net.Mixed_5d = pfi.FIDInceptionA(288, pool_features=64)
+    net.Mixed_6b = pfi.FIDInceptionC(768, channels_7x7=128)
+    net.Mixed_6c = pfi.FIDInceptionC(768, channels_7x7=160)
+    net.Mixed_6d = pfi.FIDInceptionC(768, channels_7x7=160)
+    net.Mixed_6e = pfi.FIDInceptionC(768, channels_7x7=192)
+    net.Mixed_7b = pfi.FIDInceptionE_1(1280)
+    net.Mixed_7c = pfi.FIDInceptionE_2(2048)
+    return net.eval()
+
+
+@pytest.fixture(scope="module")
+def inception_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("w")
+    torch.manual_seed(0)
+    net = fid_architecture()
+    path = d / "pt_inception-2015-12-05-6726825d.pth"
+    torch.save(net.state_dict(), path)
+    return d, path, net
+
+
+def _cfg(kind, d, **params):
+    return EncoderConfig(name=kind, kind=kind, comparable_to_published=True, params=params, device="cpu",
+                         batch_size=3, weights_dir=str(d))
+
+
+def test_inception_registry_equals_direct_forward(inception_ckpt):
+    d, path, net = inception_ckpt
+    enc = build_encoder(_cfg("inception_fid", d, weights_sha256=file_sha256(path)))
+    assert enc.dim == 2048 and enc.weights_sha256 == file_sha256(path)
+    assert enc.protocol()["preprocessing"]["antialias"] is False
+    frames = np.random.default_rng(0).random((4, 48, 48, 1), dtype=np.float32)
+    got = enc(frames)
+    # Direct: the same network's layers on the same preprocessed input (gray -> RGB, bilinear 299, 2x - 1).
+    x = torch.from_numpy(frames).permute(0, 3, 1, 2).repeat(1, 3, 1, 1)
+    x = 2 * F.interpolate(x, size=(299, 299), mode="bilinear", align_corners=False) - 1
+    layers = ["Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3", "maxpool1", "Conv2d_3b_1x1", "Conv2d_4a_3x3",
+              "maxpool2", "Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d",
+              "Mixed_6e", "Mixed_7a", "Mixed_7b", "Mixed_7c", "avgpool"]
+    with torch.no_grad():
+        for name in layers:
+            x = getattr(net, name)(x)
+    np.testing.assert_allclose(got, x.flatten(1).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_missing_and_mismatched_weights_name_everything(tmp_path, inception_ckpt):
+    with pytest.raises(WeightsError) as e:
+        build_encoder(_cfg("inception_fid", tmp_path))
+    msg = str(e.value)
+    for part in ("missing weights", "pt_inception-2015-12-05-6726825d.pth", "6726825d", "https://github.com/mseitzer",
+                 str(tmp_path / "pt_inception-2015-12-05-6726825d.pth"), "wmeval weights fetch inception_fid"):
+        assert part in msg
+    d, path, _ = inception_ckpt
+    with pytest.raises(WeightsError, match=r"sha256 mismatch: .* has sha256 [0-9a-f]{64}, file pt_inception"):
+        build_encoder(_cfg("inception_fid", d))   # a random checkpoint does not start with 6726825d
+    with pytest.raises(WeightsError, match="sha256 mismatch"):
+        build_encoder(_cfg("inception_fid", d, weights_sha256="0" * 64))
+
+
+class TinyI3D(torch.nn.Module):
+    """The call signature of StyleGAN-V's I3D TorchScript port, with a tiny body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * 4, 400)
+
+    def forward(self, x: torch.Tensor, rescale: bool = False, resize: bool = False,
+                return_features: bool = False) -> torch.Tensor:
+        assert x.dtype == torch.uint8 and x.shape[1] == 3 and x.shape[3] == 224
+        y = x.float() / 127.5 - 1 if rescale else x.float()
+        return self.fc(y.mean(dim=(3, 4)).flatten(1))        # uses channel and time
+
+
+def test_i3d_torchscript_through_the_registry(tmp_path):
+    torch.manual_seed(0)
+    mod = torch.jit.script(TinyI3D())
+    path = tmp_path / "i3d_torchscript.pt"
+    mod.save(str(path))
+    with pytest.raises(WeightsError, match="unpinned weights: .* pin it: `encoder.params.weights_sha256"):
+        build_encoder(_cfg("i3d", tmp_path, clip_length=4))
+    enc = build_encoder(_cfg("i3d", tmp_path, clip_length=4, weights_sha256=file_sha256(path)))
+    assert enc.dim == 400 and enc.clip["length"] == 4 and "logits" in enc.returns
+    clips = np.random.default_rng(1).random((5, 4, 32, 32, 1), dtype=np.float32)
+    got = enc(clips)
+    x = torch.from_numpy(clips).reshape(20, 32, 32, 1).permute(0, 3, 1, 2).repeat(1, 3, 1, 1)
+    x = F.interpolate(x, size=(224, 224), mode="bilinear", align_corners=False)
+    x = torch.round(x.clamp(0, 1) * 255).to(torch.uint8).reshape(5, 4, 3, 224, 224).permute(0, 2, 1, 3, 4)
+    with torch.no_grad():
+        want = mod(x.contiguous(), rescale=True, resize=True, return_features=True).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_random_conv_is_seeded_and_weight_free():
+    a = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 3}, "cpu"))
+    b = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 3}, "cpu"))
+    c = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 4}, "cpu"))
+    x = np.random.default_rng(0).random((6, 48, 48, 1), dtype=np.float32)
+    np.testing.assert_array_equal(a(x), b(x))
+    assert a(x).shape == (6, 64) and not np.allclose(a(x), c(x))
+    assert a.protocol()["comparable_to_published"] is False and a.weights_sha256 is None
+    w1 = random_conv_net(8, 3)[0].weight
+    assert float(w1.std()) == pytest.approx(np.sqrt(2 / 27), rel=0.2)
+
+
+def test_bad_encoder_params():
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['sise'\] for kind 'pixel'"):
+        build_encoder(EncoderConfig("p", "pixel", False, {"sise": 3}))
+    with pytest.raises(ConfigError, match="not a known encoder"):
+        build_encoder(EncoderConfig("p", "clip", False, {}))
+
+
+def test_lpips_backbone_from_local_weights(tmp_path):
+    import torchvision
+
+    torch.manual_seed(0)
+    tv = torchvision.models.alexnet(weights=None)
+    path = tmp_path / "alexnet-owt-7be5be79.pth"
+    torch.save(tv.state_dict(), path)
+    with pytest.raises(WeightsError, match="sha256 mismatch"):
+        load_lpips("alex", directory=str(tmp_path))
+    model, proto = load_lpips("alex", directory=str(tmp_path), weights_sha256=file_sha256(path))
+    torch.testing.assert_close(getattr(model.net.slice1, "0").weight, tv.features[0].weight)
+    torch.testing.assert_close(getattr(model.net.slice5, "10").weight, tv.features[10].weight)
+    assert proto["backbone_sha256"] == file_sha256(path) and proto["lpips_version"] == "0.1"
+    x = torch.rand(2, 3, 64, 64) * 2 - 1
+    y = torch.rand(2, 3, 64, 64) * 2 - 1
+    with torch.no_grad():
+        assert float(model(x, x).abs().max()) < 1e-6
+        d = model(x, y).flatten()
+        torch.testing.assert_close(d, model(y, x).flatten())
+    assert float(d.min()) > 0
+
+
+def test_weights_cli_offline_and_fetch_failure(tmp_path, capsys):
+    assert main(["weights", "list", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "pt_inception-2015-12-05-6726825d.pth" in out and "missing" in out and "i3d_torchscript.pt" in out
+    # A refused connection on loopback stands in for "no network": a clear error, nothing written.
+    spec = WeightsSpec("x", "x.pt", "http://127.0.0.1:9/x.pt", None, "abc", "test")
+    with pytest.raises(WeightsError, match=r"cannot download http://127.0.0.1:9/x.pt .* copy it to"):
+        fetch(spec, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_features_stage_without_weights_fails_cleanly(tmp_path):
+    from conftest import make_project
+
+    proj = make_project(tmp_path / "p", ["protocol=tiny", "dynamics=tiny", "encoder=inception_fid",
+                                         f"encoder.weights_dir={tmp_path / 'none'}"])
+    (proj / "data" / "rollouts").mkdir(parents=True)
+    r = subprocess.run([sys.executable, "stages/features.py"], cwd=proj, capture_output=True, text=True)
+    assert r.returncode == 2 and "missing weights" in r.stderr and "Traceback" not in r.stderr
+    assert not (proj / "data" / "features").exists()
