@@ -1,6 +1,5 @@
 """Encoders, verified weights and LPIPS, through the real loading paths with checkpoints made here."""
 
-import dataclasses
 import subprocess
 import sys
 
@@ -11,28 +10,11 @@ import torch.nn.functional as F
 
 from wmeval.cli import main
 from wmeval.config import EncoderConfig
-from wmeval.encoders import build_encoder, random_conv_net
+from wmeval.encoders import build_encoder, fid_architecture, random_conv_net
 from wmeval.errors import ConfigError
 from wmeval.perceptual import load_lpips
 from wmeval.provenance import file_sha256
 from wmeval.weights import WeightsError, WeightsSpec, fetch, require
-
-
-def fid_architecture():
-    """pytorch-fid's FID Inception, built as its fid_inception_v3 does, randomly initialised."""
-    import pytorch_fid.inception as pfi
-
-    net = pfi._inception_v3(num_classes=1008, aux_logits=False, weights=None)
-    net.Mixed_5b = pfi.FIDInceptionA(192, pool_features=32)
-    net.Mixed_5c = pfi.FIDInceptionA(256, pool_features=64)
-    net.Mixed_5d = pfi.FIDInceptionA(288, pool_features=64)
-    net.Mixed_6b = pfi.FIDInceptionC(768, channels_7x7=128)
-    net.Mixed_6c = pfi.FIDInceptionC(768, channels_7x7=160)
-    net.Mixed_6d = pfi.FIDInceptionC(768, channels_7x7=160)
-    net.Mixed_6e = pfi.FIDInceptionC(768, channels_7x7=192)
-    net.Mixed_7b = pfi.FIDInceptionE_1(1280)
-    net.Mixed_7c = pfi.FIDInceptionE_2(2048)
-    return net.eval()
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +70,14 @@ class TinyI3D(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.fc = torch.nn.Linear(3 * 4, 400)
+        self.fc = torch.nn.Linear(3, 400)
 
     def forward(self, x: torch.Tensor, rescale: bool = False, resize: bool = False,
                 return_features: bool = False) -> torch.Tensor:
         assert x.dtype == torch.uint8 and x.shape[1] == 3 and x.shape[3] == 224
         y = x.float() / 127.5 - 1 if rescale else x.float()
-        return self.fc(y.mean(dim=(3, 4)).flatten(1))        # uses channel and time
+        steps = self.fc(y.mean(dim=(3, 4)).transpose(1, 2))   # (B, T, 400)
+        return steps.max(dim=1).values
 
 
 def test_i3d_torchscript_through_the_registry(tmp_path):
@@ -177,3 +160,41 @@ def test_features_stage_without_weights_fails_cleanly(tmp_path):
     r = subprocess.run([sys.executable, "stages/features.py"], cwd=proj, capture_output=True, text=True)
     assert r.returncode == 2 and "missing weights" in r.stderr and "Traceback" not in r.stderr
     assert not (proj / "data" / "features").exists()
+
+
+def test_embed_file_clips_and_frames(tmp_path, tiny_params):
+    from wmeval.features import embed_file
+    from wmeval.rollouts import run_world
+    from wmeval.tables import read_metadata, tensor_numpy, write_table
+
+    p = tiny_params
+    tables = run_world(p.worlds["blobs"], {"s": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "stochastic"}},
+                       p.protocol, progress=False)
+    path = tmp_path / "blobs" / "s.parquet"
+    path.parent.mkdir()
+    write_table(tables["s"], path)
+    torch.manual_seed(0)
+    mod = torch.jit.script(TinyI3D())
+    ckpt = tmp_path / "i3d_torchscript.pt"
+    mod.save(str(ckpt))
+    enc = build_encoder(_cfg("i3d", tmp_path, clip_length=3, weights_sha256=file_sha256(ckpt)))
+    out, stats = embed_file(path, enc, str(tmp_path / "cache"), progress=False)
+    n_seq = p.protocol.n_episodes * p.protocol.num_samples * (p.protocol.n_random_plans + 3)  # + teacher forced
+    assert out.num_rows == n_seq and set(out.column("t").to_pylist()) == {1}
+    assert tensor_numpy(out, "embedding").shape == (n_seq, 400)
+    assert stats["rows"] == n_seq == stats["hits"] + stats["embedded"]  # identical clips are embedded once
+    long = build_encoder(_cfg("i3d", tmp_path, clip_length=5, weights_sha256=file_sha256(ckpt)))
+    with pytest.raises(ValueError, match="a clip of 5 frames with stride 1 needs steps up to 5"):
+        embed_file(path, long, str(tmp_path / "cache"), progress=False)
+    pix = build_encoder(EncoderConfig("pixel", "pixel", False, {"size": 4}))
+    frames_out, st = embed_file(path, pix, str(tmp_path / "cache"), progress=False)
+    assert frames_out.num_rows == tables["s"].num_rows and st["rows"] == st["hits"] + st["embedded"]
+    assert read_metadata_of(frames_out)["comparable_to_published"] is False
+    _, again = embed_file(path, pix, str(tmp_path / "cache"), progress=False)
+    assert again["embedded"] == 0
+
+
+def read_metadata_of(table):
+    import json
+
+    return json.loads(table.schema.metadata[b"wmeval"])
