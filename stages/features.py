@@ -5,7 +5,7 @@ from pathlib import Path
 
 from wmeval.config import load_params
 from wmeval.encoders import build_encoder
-from wmeval.features import embed_file
+from wmeval.features import Caches, embed_file
 from wmeval.stage import main
 from wmeval.tables import atomic_dir, write_table
 
@@ -17,11 +17,12 @@ def run() -> None:
     params = load_params()
     encoder = build_encoder(params.encoder)       # verifies weights before anything is written
     total = {"rows": 0, "hits": 0, "embedded": 0, "corrupt_shards": 0}
+    caches = Caches(encoder, params.encoder.cache_dir)
     with atomic_dir(OUT) as tmp:
         for name in params.worlds:
             (tmp / encoder.name / name).mkdir(parents=True)
             for f in sorted((IN / name).glob("*.parquet")):
-                table, stats = embed_file(f, encoder, params.encoder.cache_dir)
+                table, stats = embed_file(f, encoder, caches=caches)
                 write_table(table, tmp / encoder.name / name / f.name)
                 log.info("%s/%s: %d rows, %d from the cache, %d embedded", name, f.name, stats["rows"],
                          stats["hits"], stats["embedded"])

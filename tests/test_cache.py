@@ -90,3 +90,27 @@ def test_concurrent_writers_share_the_cache(tmp_path):
     x = np.concatenate([items(200), items(50, 1), items(50, 2)])
     np.testing.assert_array_equal(c.embed(x, enc), enc(x))
     assert c.stats.embedded == 0 and c.stats.corrupt_shards == 0
+
+
+def test_input_signature_is_part_of_the_key(tmp_path):
+    """The same encoder on grayscale and RGB frames writes separate shards (no mixed dims)."""
+    from wmeval.config import EncoderConfig
+    from wmeval.encoders import build_encoder
+    from wmeval.features import Caches
+
+    enc = build_encoder(EncoderConfig("pixel", "pixel", False, {"size": 2}))
+    caches = Caches(enc, str(tmp_path))
+    gray = np.random.default_rng(0).random((5, 8, 8, 1), dtype=np.float32)
+    rgb = np.random.default_rng(1).random((5, 8, 8, 3), dtype=np.float32)
+    a = caches.get(gray).embed(gray, enc)
+    b = caches.get(rgb).embed(rgb, enc)
+    assert a.shape == (5, 4) and b.shape == (5, 12)
+    assert caches.get(gray) is not caches.get(rgb)
+    np.testing.assert_array_equal(Caches(enc, str(tmp_path)).get(gray).embed(gray, enc), a)
+
+
+def test_bad_encoder_output_is_a_clear_error(tmp_path):
+    from wmeval.errors import WmevalError
+
+    with pytest.raises(WmevalError, match="wrong count or non-finite"):
+        FeatureCache(tmp_path, "k").embed(items(3), lambda x: np.full((3, 2), np.nan))

@@ -54,8 +54,9 @@ def test_every_world_and_models_option_composes_and_validates(root, world):
 
 @pytest.mark.parametrize("group", ["protocol", "encoder", "bootstrap"])
 def test_every_single_choice_option_composes_and_validates(root, group):
+    needs = {"i3d": ["protocol.horizon=16"]}  # 16-frame clips need a 16-step horizon
     for opt in options(group):
-        raw = yaml.safe_load(compose_text([f"{group}={opt}"], root))
+        raw = yaml.safe_load(compose_text([f"{group}={opt}", *needs.get(opt, [])], root))
         assert raw[group]["name"] == opt  # explicit name field, no ${hydra:...}
         validate_params(raw)
 
@@ -77,6 +78,9 @@ def test_every_option_file_has_a_name_field():
     ("+worlds.blobs.dynamics.horizn=3", r"worlds.blobs.dynamics: unknown key\(s\) \['horizn'\]"),
     ("worlds.blobs.dynamics.counterfactual_horizon=9", r"counterfactual_horizon = 9 exceeds"),
     ("dynamics.probe_windows=[0]", r"probe_windows = \[0\]"),
+    ("dynamics.probe_windows=[1,1]", r"expected distinct integers"),
+    ("dynamics.n_random_plans=0", r"n_random_plans = 0"),
+    ("encoder=i3d", r"embeds clips of 16 frames with stride 1 \(steps 1..16\), longer than protocol.horizon = 10"),
     ("+models.blobs.entries={a/b: {_target_: x.Y}}", r"name 'a/b' must match"),
 ])
 def test_bad_config_is_rejected_with_key_and_value(root, override, message):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from wmeval.cli import main
 from wmeval.config import EncoderConfig
 from wmeval.encoders import build_encoder, fid_architecture, random_conv_net
-from wmeval.errors import ConfigError
+from wmeval.errors import ConfigError, WmevalError
 from wmeval.perceptual import load_lpips
 from wmeval.provenance import file_sha256
 from wmeval.weights import WeightsError, WeightsSpec, fetch, require
@@ -184,7 +184,7 @@ def test_embed_file_clips_and_frames(tmp_path, tiny_params):
     assert tensor_numpy(out, "embedding").shape == (n_seq, 400)
     assert stats["rows"] == n_seq == stats["hits"] + stats["embedded"]  # identical clips are embedded once
     long = build_encoder(_cfg("i3d", tmp_path, clip_length=5, weights_sha256=file_sha256(ckpt)))
-    with pytest.raises(ValueError, match="a clip of 5 frames with stride 1 needs steps up to 5"):
+    with pytest.raises(WmevalError, match="a clip of 5 frames with stride 1 needs steps up to 5"):
         embed_file(path, long, str(tmp_path / "cache"), progress=False)
     pix = build_encoder(EncoderConfig("pixel", "pixel", False, {"size": 4}))
     frames_out, st = embed_file(path, pix, str(tmp_path / "cache"), progress=False)

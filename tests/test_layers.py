@@ -147,3 +147,34 @@ def test_frames_only_and_imported_models_are_skipped_with_a_reason():
     tables, skipped = dynamics_tables(PEND, world, {"f": FramesOnly(), "p": Precomputed()}, DYN, PROTO, progress=False)
     assert set(tables) == {"ground_truth"}
     assert "frames only" in skipped["f"] and "imported" in skipped["p"]
+
+
+def test_adding_a_model_changes_no_other_draw():
+    from wmeval.models import BlobReferenceModel
+    from wmeval.worlds import BlobWorld
+
+    world = BlobWorld()
+    blobs = WorldConfig(name="blobs", kind="blobs", params={})
+    dyn = dataclasses.replace(DYN, n_episodes=6, horizon=3, counterfactual_horizon=1, control_steps=4)
+    one, _ = dynamics_tables(blobs, world, {"st": BlobReferenceModel("stochastic", world)}, dyn, PROTO, progress=False)
+    two, _ = dynamics_tables(blobs, world, {"a": BlobReferenceModel("sharp-A", world),
+                                            "st": BlobReferenceModel("stochastic", world)}, dyn, PROTO, progress=False)
+    assert one["st"].equals(two["st"])
+    plan = lambda t: t.filter(pa_equal(t, "plan", "planner:st"))
+    assert plan(one["ground_truth"]).equals(plan(two["ground_truth"]))
+
+
+def pa_equal(table, column, value):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.equal(table.column(column).cast(pa.string()), value)
+
+
+def test_counterfactual_arms_share_noise():
+    """A noisy model's action sensitivity equals its mean model's: the arms share one noise stream."""
+    from wmeval.models import LeastSquaresPendulumModel
+
+    noisy, _ = _layers(LeastSquaresPendulumModel("sin-features", stochastic=True, sigma=0.1))
+    mean, _ = _layers(LeastSquaresPendulumModel("sin-features"))
+    assert ratio(noisy, "action_sensitivity") == pytest.approx(ratio(mean, "action_sensitivity"), rel=1e-9)

@@ -31,8 +31,14 @@ def _finish(x: np.ndarray, aggregate: str) -> np.ndarray:
     return x
 
 
-def intervals(df: pd.DataFrame, by: list[str], counts_for, boot) -> pd.DataFrame:
-    """Interval rows for every group in ``by`` (which must include world, metric, unit), one per source."""
+def intervals(df: pd.DataFrame, by: list[str], counts_for, boot, baselines: dict[str, str | None] | None = None
+              ) -> pd.DataFrame:
+    """Interval rows for every group in ``by`` (which must include world, metric, unit), one per source.
+
+    With a baseline model for the world, each row also carries the paired difference to it
+    (``diff_*``: same resampled episodes for both) and ``p_better``, the share of replicates in
+    which the model is better than the baseline (by the metric's direction).
+    """
     rows = []
     for key, g in df.groupby(by, observed=True, sort=True):
         key = dict(zip(by, key if isinstance(key, tuple) else (key,)))
@@ -53,9 +59,27 @@ def intervals(df: pd.DataFrame, by: list[str], counts_for, boot) -> pd.DataFrame
         lo, hi = np.full(len(num), np.nan), np.full(len(num), np.nan)
         for j in np.flatnonzero((undefined < 1.0) & np.isfinite(point)):
             lo[j], hi[j] = percentile_interval(reps[np.isfinite(reps[:, j]), j], boot.confidence_level)
-        for i, src in enumerate(num.index):
+        sources = list(num.index)
+        base = (baselines or {}).get(key["world"])
+        diff = np.full((3, len(sources)), np.nan)
+        p_better = np.full(len(sources), np.nan)
+        if base in sources:
+            b = sources.index(base)
+            d_reps = reps - reps[:, [b]]
+            bad = np.vectorize(info.badness)
+            with np.errstate(invalid="ignore"):
+                better = bad(reps) < bad(reps[:, [b]])
+            for j in range(len(sources)):
+                ok = np.isfinite(d_reps[:, j])
+                if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):
+                    diff[0, j] = point[j] - point[b]
+                    diff[1, j], diff[2, j] = percentile_interval(d_reps[ok, j], boot.confidence_level)
+                    p_better[j] = float(better[ok, j].mean())
+        for i, src in enumerate(sources):
             rows.append({**key, "source": src, "point": float(point[i]), "low": float(lo[i]),
-                         "high": float(hi[i]), "n_clusters": int(present[i].sum()),
+                         "high": float(hi[i]), "baseline": base, "diff_point": float(diff[0, i]),
+                         "diff_low": float(diff[1, i]), "diff_high": float(diff[2, i]),
+                         "p_better": float(p_better[i]), "n_clusters": int(present[i].sum()),
                          "n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
                          "method": boot.method, "resampling_unit": f"{key['unit']} episode",
                          "undefined_replicates": float(undefined[i]),
@@ -80,12 +104,16 @@ def bootstrap_stage(params: Params, stats: Path, out: Path, metrics_file: Path) 
         return cache[world, unit]
 
     group = ["world", "metric", "regime", "condition", "unit"]
-    iv = intervals(episodes, group, counts_for, boot)
+    baselines = {w: wp.get("baseline") for w, wp in protocol["worlds"].items()}
+    iv = intervals(episodes, group, counts_for, boot, baselines)
     cv = intervals(curves, [*group, "t"], counts_for, boot)
     metrics: dict = {}
     for r in iv.itertuples():
         d = metrics.setdefault(r.world, {}).setdefault(r.source, {}).setdefault(r.metric, {})
         d[f"{r.regime}/{r.condition}"] = {"point": r.point, "low": r.low, "high": r.high}
+        if r.baseline is not None and r.source != r.baseline and np.isfinite(r.diff_point):
+            d[f"{r.regime}/{r.condition}"].update(diff_to_baseline=r.diff_point, diff_low=r.diff_low,
+                                                  diff_high=r.diff_high, p_better=r.p_better)
     protocol["bootstrap"] = {"n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
                              "method": boot.method, "seed": boot.seed, "resampling_unit": "episode",
                              "paired": True}

@@ -6,6 +6,8 @@ sha256, preprocessing, clip spec); a row key is the BLAKE2b digest of the bytes 
 the input (a frame or a clip) with its dtype and shape. Each shard holds
 ``key`` (binary) and ``embedding`` rows.
 
+* The index of keys is read once per cache object (one per stage run and input
+  signature); embeddings are read only from the shards that hold requested rows.
 * Lookups embed only rows whose key is in no shard (a new model, a higher K, more
   episodes); a warm re-run embeds nothing.
 * Shards are written to a temporary file, fsynced and renamed under a lock, in
@@ -33,6 +35,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .errors import WmevalError
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,19 @@ class FeatureCache:
         if identity is not None and not ident.exists():
             self._atomic_write(ident, json.dumps(identity, indent=2, sort_keys=True).encode())
         self.stats = CacheStats()
+        self._index: dict[bytes, tuple[int, int]] | None = None
+        self._files: list[Path] = []
+        self._sweep_temporaries()
+
+    def _sweep_temporaries(self, older_than_s: float = 3600.0) -> None:
+        """Remove temporary files a killed writer left behind (never a live writer's: they are recent)."""
+        now = time.time()
+        for f in self.dir.glob(".tmp-*"):
+            try:
+                if now - f.stat().st_mtime > older_than_s:
+                    f.unlink()
+            except OSError:
+                pass
 
     def _lock(self):
         from filelock import FileLock
@@ -99,26 +116,25 @@ class FeatureCache:
         finally:
             Path(tmp).unlink(missing_ok=True)
 
-    def _load_index(self) -> tuple[dict[bytes, tuple[int, int]], list[np.ndarray]]:
-        index: dict[bytes, tuple[int, int]] = {}
-        shards: list[np.ndarray] = []
+    def _load_index(self) -> None:
+        """Read every shard's keys once (verifying its sha256); embeddings are read on demand."""
+        if self._index is not None:
+            return
+        self._index, self._files = {}, []
         for f in sorted(self.dir.glob("*.parquet")):
             data = f.read_bytes()
             if hashlib.sha256(data).hexdigest() != f.stem:
                 self._quarantine(f, "its sha256 does not match its name (truncated or corrupted)")
                 continue
             try:
-                t = pq.read_table(pa.BufferReader(data))
-                keys = t.column("key").to_pylist()
-                emb = t.column("embedding").combine_chunks().to_numpy_ndarray()
+                keys = pq.read_table(pa.BufferReader(data), columns=["key"]).column("key").to_pylist()
             except Exception as e:  # a file with a valid name but unreadable content
                 self._quarantine(f, f"unreadable: {e}")
                 continue
-            s = len(shards)
-            shards.append(emb)
+            s = len(self._files)
+            self._files.append(f)
             for i, k in enumerate(keys):
-                index[k] = (s, i)
-        return index, shards
+                self._index[k] = (s, i)
 
     def _quarantine(self, f: Path, why: str) -> None:
         self.stats.corrupt_shards += 1
@@ -129,20 +145,31 @@ class FeatureCache:
         except OSError:
             f.unlink(missing_ok=True)
 
-    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> None:
+    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> Path:
         table = pa.table({"key": pa.array(keys, pa.binary(16)),
                           "embedding": pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(emb, np.float32))})
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
+        path = self.dir / f"{hashlib.sha256(data).hexdigest()}.parquet"
         with self._lock():
-            self._atomic_write(self.dir / f"{hashlib.sha256(data).hexdigest()}.parquet", data)
+            self._atomic_write(path, data)
+        return path
+
+    def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray:
+        f = self._files[shard]
+        data = f.read_bytes()
+        if hashlib.sha256(data).hexdigest() != f.stem:  # changed since the index was read
+            raise WmevalError(f"feature cache: shard {f} changed while in use; re-run the stage")
+        emb = pq.read_table(pa.BufferReader(data), columns=["embedding"]).column("embedding")
+        return emb.combine_chunks().to_numpy_ndarray()[rows]
 
     def embed(self, items: np.ndarray, compute: Callable[[np.ndarray], np.ndarray], chunk: int = 2048,
               progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embeddings of every row of ``items``, computing only the rows no shard has."""
         keys = row_keys(items)
-        index, shards = self._load_index()
+        self._load_index()
+        index = self._index
         self.stats.rows += len(keys)
         missing: dict[bytes, int] = {}
         for i, k in enumerate(keys):
@@ -150,28 +177,43 @@ class FeatureCache:
                 missing[k] = i
         # Served without computing: rows already cached and repeats of a row computed once here.
         self.stats.hits += len(keys) - len(missing)
+        fresh: dict[bytes, np.ndarray] = {}
         todo = list(missing.items())
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             idx = np.array([i for _, i in part])
             emb = np.asarray(compute(items[idx]), dtype=np.float32)
-            if emb.shape[0] != len(part) or not np.all(np.isfinite(emb)):
-                raise ValueError(f"encoder returned {emb.shape} embeddings (non-finite or wrong count) for {len(part)} inputs")
-            self._write_shard([k for k, _ in part], emb)
-            s = len(shards)
-            shards.append(emb)
+            if emb.ndim != 2 or emb.shape[0] != len(part) or not np.all(np.isfinite(emb)):
+                raise WmevalError(f"feature cache: the encoder returned {emb.shape} embeddings for {len(part)} "
+                                  "inputs (wrong count or non-finite values)")
+            path = self._write_shard([k for k, _ in part], emb)
+            s = len(self._files)
+            self._files.append(path)
             for j, (k, _) in enumerate(part):
                 index[k] = (s, j)
+                fresh[k] = emb[j]
             self.stats.embedded += len(part)
             if progress is not None:
                 progress(len(part))
         if not keys:
             return np.empty((0, 0), np.float32)
-        offsets = np.cumsum([0] + [len(x) for x in shards])
-        where = np.array([index[k] for k in keys])           # (N, 2): shard, row
-        return np.concatenate(shards)[offsets[where[:, 0]] + where[:, 1]]
+        where = np.array([index[k] for k in keys])                     # (N, 2): shard, row
+        out: np.ndarray | None = None
+        for shard in np.unique(where[:, 0]):
+            sel = np.flatnonzero(where[:, 0] == shard)
+            rows = self._read_rows(int(shard), where[sel, 1])
+            if out is None:
+                out = np.empty((len(keys), rows.shape[1]), np.float32)
+            if rows.shape[1] != out.shape[1]:
+                raise WmevalError(f"feature cache: shard {self._files[shard]} holds {rows.shape[1]}-d embeddings, "
+                                  f"others {out.shape[1]}-d: the cache key misses something that changes them")
+            out[sel] = rows
+        return out
 
     def record(self, **context: Any) -> None:
+        from filelock import FileLock
+
         line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(), **context})
-        with self._lock(), open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
+        with FileLock(str(self.root / ".stats.lock"), timeout=600), \
+                open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
             fh.write(line + "\n")

@@ -262,6 +262,15 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     if protocol.n_random_plans < 0 or protocol.seed < 0:
         raise ConfigError(f"{source}: protocol.n_random_plans and protocol.seed must be >= 0")
     encoder = parse_section(EncoderConfig, raw["encoder"], f"{source}: encoder")
+    if encoder.kind == "i3d":
+        length, stride = encoder.params.get("clip_length", 16), encoder.params.get("frame_stride", 1)
+        if not (isinstance(length, int) and isinstance(stride, int) and length >= 1 and stride >= 1):
+            raise ConfigError(f"{source}: encoder.params clip_length = {length!r} and frame_stride = {stride!r} "
+                              "must be integers >= 1")
+        if 1 + stride * (length - 1) > protocol.horizon:
+            raise ConfigError(f"{source}: encoder {encoder.name!r} embeds clips of {length} frames with stride "
+                              f"{stride} (steps 1..{1 + stride * (length - 1)}), longer than protocol.horizon = "
+                              f"{protocol.horizon}; raise the horizon or lower encoder.params.clip_length")
     boot = parse_section(BootstrapConfig, raw["bootstrap"], f"{source}: bootstrap")
     if boot.n_resamples < 100:
         raise ConfigError(f"{source}: bootstrap.n_resamples = {boot.n_resamples}; use at least 100")
@@ -284,10 +293,17 @@ def _check_dynamics(dyn: "DynamicsConfig", where: str) -> None:
     if dyn.counterfactual_horizon > dyn.horizon:
         raise ConfigError(f"{where}: counterfactual_horizon = {dyn.counterfactual_horizon} exceeds "
                           f"dynamics.horizon = {dyn.horizon}")
-    if not dyn.probe_windows or any(not isinstance(w, int) or not 1 <= w < dyn.probe_horizon
-                                    for w in dyn.probe_windows):
-        raise ConfigError(f"{where}: probe_windows = {dyn.probe_windows}; expected integers in "
+    if dyn.n_random_plans < 1:
+        raise ConfigError(f"{where}: n_random_plans = {dyn.n_random_plans}; the random-action rollout curve "
+                          "needs at least 1")
+    windows = dyn.probe_windows
+    if (not windows or len(set(windows)) != len(windows)
+            or any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w < dyn.probe_horizon for w in windows)):
+        raise ConfigError(f"{where}: probe_windows = {windows}; expected distinct integers in "
                           f"[1, probe_horizon = {dyn.probe_horizon})")
+    if dyn.probe_tolerance < 0 or not 0 <= dyn.probe_max_true_rate <= 1:
+        raise ConfigError(f"{where}: probe_tolerance = {dyn.probe_tolerance} must be >= 0 and "
+                          f"probe_max_true_rate = {dyn.probe_max_true_rate} in [0, 1]")
 
 
 def world_dynamics(params: Params, world: str, source: str = PARAMS_FILE) -> DynamicsConfig:

@@ -14,7 +14,9 @@ declared distribution), for the true world and every model that predicts states:
   world: MPC with the true simulator, the oracle reference).
 
 All candidate plans come from one seeded stream per (world, purpose), the same
-for every model (common random numbers), so cost differences are paired.
+for every model (common random numbers), so cost differences are paired; the two
+arms of a counterfactual pair share one noise stream per source, so a stochastic
+model's (or world's) spread between them is the action's effect.
 Models that return only frames, and imported predictions (which cannot answer new
 queries), are recorded as not applicable, with the reason.
 """
@@ -22,6 +24,7 @@ queries), are recorded as not applicable, with the reason.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from typing import Any
 
@@ -48,11 +51,11 @@ class StatePredictor:
 
     def __init__(self, name: str, model: Any, world: World, seed: int) -> None:
         self.name, self.model, self.world, self.seed = name, model, world, seed
-        self.calls = 0
 
     def __call__(self, states: np.ndarray, actions: np.ndarray, samples: int, *key: str | int) -> np.ndarray | None:
-        rng = make_rng(self.seed, self.world.name, "dynamics", self.name, *key, self.calls)
-        self.calls += 1
+        # The stream is named by the query alone (never by call order), so adding a model or a
+        # plan changes no other draw.
+        rng = make_rng(self.seed, self.world.name, "dynamics", self.name, *key)
         if self.model is None:  # the true world: sample futures from the simulator
             s = np.repeat(states, samples, axis=0)
             out = rollout_states(self.world, s, np.repeat(actions, samples, axis=0), rng)[:, 1:]
@@ -75,8 +78,9 @@ def _mpc(pred: StatePredictor, world: World, task_cost, start: np.ndarray, steps
          dyn: DynamicsConfig, purpose: str) -> tuple[np.ndarray, np.ndarray]:
     plan_rng = make_rng(dyn.seed, world.name, "mpc_plans", purpose)
     world_rng = make_rng(dyn.seed, world.name, "mpc_world", purpose)
+    step = itertools.count()
     return random_shooting_mpc(
-        predict=lambda s, a: pred(s, a, 1, "mpc", purpose)[:, 0],
+        predict=lambda s, a: pred(s, a, 1, "mpc", purpose, next(step))[:, 0],
         real_step=lambda s, a: world.step(s, a, world_rng),
         cost=task_cost, sample_actions=lambda shape: world.sample_actions(plan_rng, shape),
         start=start, steps=steps, n_plans=dyn.n_plans, plan_horizon=dyn.plan_horizon)
@@ -100,6 +104,7 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
     m = protocol.num_futures if world.stochastic else 1
     tasks, probes = world.tasks(), world.probes()
     truth = StatePredictor(GROUND_TRUTH, None, world, dyn.seed)
+    arm_key = {arm: f"pair:{a}|{b}" for a, b in world.counterfactual_pairs() for arm in (a, b)}
     skipped: dict[str, str] = {}
     predictors = {GROUND_TRUTH: truth}
     for name, model in models.items():
@@ -118,7 +123,9 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
             samples = m if name == GROUND_TRUTH else (protocol.num_samples if getattr(pred.model, "stochastic", False) else 1)
             regime = "realized" if name == GROUND_TRUTH else "open_loop"
             for p in plans:
-                states = pred(s0, p.actions, samples, "plan", p.name)
+                # Both arms of a counterfactual pair share one noise stream (common random numbers):
+                # their difference is the action's effect, not two independent draws of noise.
+                states = pred(s0, p.actions, samples, "plan", arm_key.get(p.name, p.name))
                 blocks[name].append(_block(world, name, regime, p.name, p.condition, states, p.actions, 1))
                 bar.update()
             if name != GROUND_TRUTH and tasks:

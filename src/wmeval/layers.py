@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from .errors import WmevalError
 from .scores import dense, select
 from .worlds import World
 
@@ -108,11 +109,17 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
 
 
 def world_probe(world: World, name: str) -> Callable[[np.ndarray], np.ndarray]:
-    return next(p.quantity for p in world.probes() if p.name == name)
+    for p in world.probes():
+        if p.name == name:
+            return p.quantity
+    raise WmevalError(f"world {world.name!r} declares no probe {name!r} (the dynamics file is stale?)")
 
 
 def world_task(world: World, name: str) -> Callable[[np.ndarray], np.ndarray]:
-    return next(t.cost for t in world.tasks() if t.name == name)
+    for t in world.tasks():
+        if t.name == name:
+            return t.cost
+    raise WmevalError(f"world {world.name!r} declares no task {name!r} (the dynamics file is stale?)")
 
 
 def task_signal_contributions(world: World, source: str, model: pa.Table, truth: pa.Table,

@@ -115,15 +115,20 @@ def curve_table(cv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> str:
         specs += [("counterfactual_cosine", f"{a} vs {b}", f"Counterfactual cosine by horizon ({a} vs {b})"),
                   ("counterfactual_gap", f"{a} vs {b}", f"Counterfactual gap by horizon ({a} vs {b})")]
     lines = []
+    cf = wp["dynamics"]["counterfactual_horizon"]
     for metric, cond, title in specs:
         sel = cv[(cv.metric == metric) & (cv.condition == cond)]
+        if metric.startswith("counterfactual"):
+            # Beyond the declared counterfactual horizon a wrapping world (the blob torus) aliases.
+            sel = sel[sel.t <= cf]
         if sel.empty:
             continue
+        t_shown = [t for t in ts if t in set(sel.t)]
         lines += [f"{title} {REGISTRY[metric].arrow}:", "",
-                  "| model | " + " | ".join(f"t={t}" for t in ts) + " |", "|" + "---|" * (len(ts) + 1)]
+                  "| model | " + " | ".join(f"t={t}" for t in t_shown) + " |", "|" + "---|" * (len(t_shown) + 1)]
         for m in models:
             cells = []
-            for t in ts:
+            for t in t_shown:
                 r = sel[(sel.source == m) & (sel.t == t)]
                 cells.append(cell(r.iloc[0]) if len(r) else "n/a")
             lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
@@ -155,6 +160,23 @@ def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> str:
     return "\n".join(lines)
 
 
+def baseline_table(iv: pd.DataFrame, models: list[str], columns: list[Column], baseline: str) -> str:
+    """Paired differences to the baseline with their intervals, and P(better than the baseline)."""
+    others = [m for m in models if m != baseline]
+    head = ["model"] + [label for label, *_ in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in others:
+        cells = [f"`{m}`"]
+        for _, metric, regime, cond in columns:
+            r = lookup(iv, m, metric, regime, cond)
+            if r is None or not np.isfinite(r.diff_point):
+                cells.append("n/a")
+            else:
+                cells.append(f"{fmt(r.diff_point)} [{fmt(r.diff_low)}, {fmt(r.diff_high)}], P(better) {r.p_better:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None) -> str:
     boot = protocol["bootstrap"]
     out = ["# wmeval scorecard", "",
@@ -180,6 +202,11 @@ def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: p
                     "Rank by point estimate in each layer's headline metric (1 = best; ties share a rank; "
                     "rank intervals are not computed yet). A model that wins every column is rare; the "
                     "column it loses tells you what to fix.", "", rk, ""]
+        base = wp.get("baseline")
+        if base and rk:
+            out += [f"Paired differences to the baseline `{base}` (model minus baseline, same resampled "
+                    "episodes) and the share of bootstrap replicates in which the model is better:", "",
+                    baseline_table(iv, models, rank_cols, base), ""]
         out += ["### Observation layers", "", table(iv, models, cols["observation"]), ""]
         cond_cols = [(f"`{c}`", "pixel_mse", "open_loop", c) for c in sorted(set(wp["plans"].values()))]
         out += ["Open-loop pixel MSE per condition (stratum):", "", table(iv, models, present(iv, cond_cols)), ""]
@@ -223,6 +250,12 @@ def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: p
         direction = {True: "higher is better", False: "lower is better", None: f"closest to {m.target} is best"}
         out.append(f"- `{m.name}` ({m.layer}, {direction[m.higher_is_better]}, {m.unit}, "
                    f"aggregate {m.aggregate}): {m.definition}")
-    out += ["", f"`feature_mse` uses encoder `{enc['encoder']}` ({enc['kind']}; preprocessing "
-            f"{enc['preprocessing']})" + ("; not comparable to published FID/FVD." if not enc["comparable_to_published"] else "."), ""]
+    label = "" if enc["comparable_to_published"] else " Not comparable to published FID/FVD."
+    if enc.get("clip"):
+        out += ["", f"Encoder `{enc['encoder']}` ({enc['kind']}, {enc.get('returns')}) embeds clips {enc['clip']} "
+                f"(preprocessing {enc['preprocessing']}); the clip embeddings are in data/features/, and "
+                f"`feature_mse` (a per-frame metric) is not computed for a video encoder.{label}", ""]
+    else:
+        out += ["", f"`feature_mse` uses encoder `{enc['encoder']}` ({enc['kind']}; preprocessing "
+                f"{enc['preprocessing']}).{label}", ""]
     return "\n".join(out)

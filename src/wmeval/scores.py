@@ -34,6 +34,8 @@ def dense(table: pa.Table, column: str, n_episodes: int, t_values: np.ndarray, w
     Raises:
         WmevalError: a missing or duplicated (episode, sample, t) row, naming ``where``.
     """
+    if table.num_rows == 0:
+        raise WmevalError(f"{where}: no rows for this block (a plan or regime the protocol expects is missing)")
     ep = _col(table, "episode").astype(np.int64)
     sample = _col(table, "sample").astype(np.int64)
     t = _col(table, "t").astype(np.int64)

@@ -141,7 +141,12 @@ def with_metadata(table: pa.Table, meta: dict[str, Any]) -> pa.Table:
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    md = pq.read_schema(path).metadata or {}
+    if not Path(path).is_file():
+        raise WmevalError(f"{path}: missing")
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except Exception as e:
+        raise WmevalError(f"{path}: cannot be read as Parquet: {e}") from None
     if METADATA_KEY not in md:
         raise WmevalError(f"{path}: no wmeval metadata; not written by wmeval")
     return json.loads(md[METADATA_KEY])
