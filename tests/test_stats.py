@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from wmeval.stats import cluster_bootstrap, paired_mean_replicates, resample_counts
+from wmeval.stats import cluster_bootstrap, ratio_replicates, resample_counts
 
 
 def test_matches_scipy_bootstrap_of_cluster_means():
@@ -62,7 +62,15 @@ def test_paired_replicates_cancel_shared_noise():
     values = np.stack([base, base + 0.1])
     counts = resample_counts(50, 2000, np.random.default_rng(0))
     assert np.all(counts.sum(axis=1) == 50)
-    reps = paired_mean_replicates(values, counts)
+    reps = ratio_replicates(values, np.ones_like(values), counts)
     diff = reps[:, 1] - reps[:, 0]
     np.testing.assert_allclose(diff, 0.1, atol=1e-12)
     assert reps[:, 0].std() > 0.3
+
+
+def test_ratio_replicates_weight_missing_clusters_out():
+    counts = np.array([[1, 1, 1], [3, 0, 0], [0, 0, 3]])
+    values = np.array([[1.0, 2.0, 0.0]])       # cluster 2 has no value: 0 / 0
+    dens = np.array([[1.0, 1.0, 0.0]])
+    reps = ratio_replicates(values, dens, counts)[:, 0]
+    assert reps[0] == pytest.approx(1.5) and reps[1] == pytest.approx(1.0) and np.isnan(reps[2])

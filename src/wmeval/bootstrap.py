@@ -21,7 +21,7 @@ from .config import Params
 from .errors import WmevalError
 from .metrics import REGISTRY
 from .rng import make_rng
-from .stats import percentile_interval, resample_counts
+from .stats import percentile_interval, ratio_replicates, resample_counts
 from .tables import atomic_dir, atomic_write_text, write_table
 
 
@@ -49,8 +49,8 @@ def intervals(df: pd.DataFrame, by: list[str], counts_for, boot, baselines: dict
         v = np.where(present, num.to_numpy(), 0.0)
         d = np.where(present, den.to_numpy(), 0.0)
         c = counts_for(key["world"], key["unit"])[:, num.columns.to_numpy()]   # (B, n)
+        reps = _finish(ratio_replicates(v, d, c), info.aggregate)             # (B, S)
         with np.errstate(invalid="ignore", divide="ignore"):
-            reps = _finish((c @ v.T) / (c @ d.T), info.aggregate)              # (B, S)
             point = _finish(v.sum(axis=1) / d.sum(axis=1), info.aggregate)
         # A replicate can be undefined (a ratio over resampled episodes with zero denominator,
         # e.g. precision when no event is predicted): the interval uses the defined replicates

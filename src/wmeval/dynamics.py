@@ -38,11 +38,11 @@ from .models.base import History, check_prediction
 from .planning import random_shooting_mpc
 from .provenance import code_version
 from .rng import make_rng
+from .rollouts import GROUND_TRUTH
 from .tables import rollout_table, with_metadata
 from .worlds import Plan, World, rollout_states
 
 log = logging.getLogger(__name__)
-GROUND_TRUTH = "ground_truth"
 FORMAT = "wmeval-dynamics/1"
 
 

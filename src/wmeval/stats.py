@@ -82,20 +82,22 @@ def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray, *, n_resamples: 
     sums = np.bincount(inverse, weights=values)
     counts = np.bincount(inverse).astype(np.float64)
     w = resample_counts(len(sums), n_resamples, make_rng(seed, "cluster_bootstrap"))
-    reps = (w @ sums) / (w @ counts)
+    reps = ratio_replicates(sums[None], counts[None], w)[:, 0]
     lo, hi = percentile_interval(reps, confidence_level)
     return BootstrapResult(float(values.mean()), float(lo), float(hi), method, n_resamples, len(sums),
                            confidence_level)
 
 
-def paired_mean_replicates(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Replicates of the cluster mean for several series at once.
+def ratio_replicates(values: np.ndarray, denominators: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Paired replicates of ``sum(value) / sum(denominator)`` over resampled clusters, for many series.
 
     Args:
-        values: ``(n_series, n_clusters)`` one value per cluster (e.g. per model and episode).
-        counts: ``(n_resamples, n_clusters)`` from :func:`resample_counts`, shared by all series.
+        values, denominators: ``(n_series, n_clusters)`` per-cluster sums; a cluster a series
+            has no value for has 0 in both (weight 0). Denominator 1 everywhere gives the mean.
+        counts: ``(n_resamples, n_clusters)`` from :func:`resample_counts`, shared by every series.
 
     Returns:
-        ``(n_resamples, n_series)``.
+        ``(n_resamples, n_series)``; NaN where a replicate's denominator is 0.
     """
-    return counts @ values.T / counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (counts @ values.T) / (counts @ denominators.T)
