@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+from pytorch_fid.fid_score import calculate_frechet_distance
+
+from wmeval.metrics import FrechetReference, frechet_distance, gaussian_stats
+
+
+def _pair(d, n, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) / np.sqrt(d)
+    b = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) / np.sqrt(d) + 0.3
+    return gaussian_stats(a), gaussian_stats(b)
+
+
+@pytest.mark.parametrize("d, seed", [(4, 0), (32, 1), (128, 2)])
+def test_agrees_with_pytorch_fid(d, seed):
+    a, b = _pair(d, 4 * d + 50, seed)
+    ours = frechet_distance(a.mu, a.sigma, b.mu, b.sigma)
+    ref = calculate_frechet_distance(a.mu, a.sigma, b.mu, b.sigma)
+    assert ours == pytest.approx(ref, rel=1e-6)
+
+
+def test_closed_forms_and_properties():
+    rng = np.random.default_rng(0)
+    s = gaussian_stats(rng.normal(size=(500, 6)))
+    assert abs(frechet_distance(s.mu, s.sigma, s.mu, s.sigma)) < 1e-9            # FD(x, x) = 0
+    # Commuting (diagonal) covariances: sum of (sqrt(a) - sqrt(b))^2 plus the mean term.
+    a, b = np.diag([1.0, 4.0, 9.0]), np.diag([4.0, 1.0, 9.0])
+    mu = np.array([1.0, 0.0, -1.0])
+    assert frechet_distance(np.zeros(3), a, mu, b) == pytest.approx(2.0 + 1.0 + 1.0, rel=1e-12)
+    ref = FrechetReference(np.zeros(3), a)
+    assert ref.distance(mu, b) == pytest.approx(frechet_distance(np.zeros(3), a, mu, b))
+    assert frechet_distance(mu, b, np.zeros(3), a) == pytest.approx(4.0, rel=1e-12)  # symmetric
+
+
+def test_rank_deficient_covariances_are_finite_and_flagged():
+    rng = np.random.default_rng(1)
+    a, b = gaussian_stats(rng.normal(size=(10, 64))), gaussian_stats(rng.normal(size=(10, 64)))
+    assert a.rank_deficient and np.linalg.matrix_rank(a.sigma) == 9
+    fd = frechet_distance(a.mu, a.sigma, b.mu, b.sigma)
+    assert np.isfinite(fd) and fd > 0
+    assert fd == pytest.approx(calculate_frechet_distance(a.mu, a.sigma, b.mu, b.sigma), rel=1e-4)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        frechet_distance(np.zeros(2), np.eye(2), np.zeros(3), np.eye(3))
+    with pytest.raises(ValueError, match=r"must be \(d,\) and \(d, d\)"):
+        frechet_distance(np.zeros(2), np.eye(3), np.zeros(2), np.eye(2))
+    with pytest.raises(ValueError, match="non-finite"):
+        gaussian_stats(np.array([[0.0, np.nan], [1.0, 1.0]]))
