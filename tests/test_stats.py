@@ -74,3 +74,62 @@ def test_ratio_replicates_weight_missing_clusters_out():
     dens = np.array([[1.0, 1.0, 0.0]])
     reps = ratio_replicates(values, dens, counts)[:, 0]
     assert reps[0] == pytest.approx(1.5) and reps[1] == pytest.approx(1.0) and np.isnan(reps[2])
+
+
+def test_strata_keep_each_strata_cluster_count():
+    from wmeval.stats import _cluster_counts
+
+    clusters = np.arange(10)
+    strata = np.array(["a"] * 3 + ["b"] * 7)
+    counts = _cluster_counts(clusters, strata, 10, 500, np.random.default_rng(0))
+    assert np.all(counts[:, :3].sum(axis=1) == 3) and np.all(counts[:, 3:].sum(axis=1) == 7)
+    with pytest.raises(ValueError, match="nested in strata"):
+        cluster_bootstrap(np.zeros(4), np.array([0, 0, 1, 1]), strata=np.array(["a", "b", "b", "b"]))
+
+
+def test_stratified_interval_is_narrower_when_strata_differ():
+    # Two strata with very different means: resampling within strata removes the between-strata noise.
+    rng = np.random.default_rng(0)
+    v = np.concatenate([rng.normal(0, 0.1, 20), rng.normal(10, 0.1, 20)])
+    c, st = np.arange(40), np.repeat([0, 1], 20)
+    plain = cluster_bootstrap(v, c, n_resamples=2000, seed=1)
+    strat = cluster_bootstrap(v, c, strata=st, n_resamples=2000, seed=1)
+    assert (strat.high - strat.low) < 0.2 * (plain.high - plain.low)
+
+
+def test_generic_statistic_matches_the_mean_fast_path():
+    rng = np.random.default_rng(2)
+    v, c = rng.normal(size=60), np.repeat(np.arange(15), 4)
+    fast = cluster_bootstrap(v, c, n_resamples=300, seed=3)
+    generic = cluster_bootstrap(v, c, lambda x, w: float(np.sum(w * x) / np.sum(w)), n_resamples=300, seed=3)
+    assert generic.point == pytest.approx(fast.point) and generic.low == pytest.approx(fast.low)
+    assert generic.high == pytest.approx(fast.high)
+
+
+def test_bca_matches_scipy_on_cluster_means():
+    rng = np.random.default_rng(4)
+    cm = rng.exponential(size=40)          # skewed: BCa differs from percentile
+    v, c = np.repeat(cm, 3), np.repeat(np.arange(40), 3)
+    ours = cluster_bootstrap(v, c, n_resamples=20000, method="bca", seed=5)
+    ref = sps.bootstrap((cm,), np.mean, n_resamples=20000, method="BCa", random_state=6).confidence_interval
+    se = cm.std(ddof=1) / np.sqrt(40)
+    assert abs(ours.low - ref.low) < 0.15 * se and abs(ours.high - ref.high) < 0.15 * se
+    pct = cluster_bootstrap(v, c, n_resamples=20000, seed=5)
+    assert ours.high > pct.high  # right-skewed statistic: BCa shifts the interval up
+
+
+def test_weighted_frechet_statistic_without_copies():
+    from wmeval.metrics import frechet_distance
+
+    rng = np.random.default_rng(7)
+    real = rng.normal(size=(200, 3))
+    ref_mu, ref_sigma = np.zeros(3), np.eye(3)
+
+    def fd(x, w):
+        mu = w @ x / w.sum()
+        xc = x - mu
+        sigma = (xc * w[:, None]).T @ xc / (w.sum() - 1)
+        return frechet_distance(ref_mu, ref_sigma, mu, sigma)
+
+    r = cluster_bootstrap(real, np.repeat(np.arange(50), 4), fd, n_resamples=300, seed=0)
+    assert r.low <= r.point <= r.high and r.n_clusters == 50

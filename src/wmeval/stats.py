@@ -10,6 +10,7 @@ bootstrap: the same resampled episodes for every model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -55,37 +56,106 @@ def _check_inputs(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray,
     return values, clusters
 
 
-def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray, *, n_resamples: int = 2000,
-                      confidence_level: float = 0.95, method: Literal["percentile"] = "percentile",
+def _cluster_counts(cluster_idx: np.ndarray, strata: np.ndarray | None, n_clusters: int, n_resamples: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """``(B, n_clusters)`` multiplicities; with strata, clusters are resampled within their stratum."""
+    if strata is None:
+        return resample_counts(n_clusters, n_resamples, rng)
+    strata = np.asarray(strata)
+    cluster_stratum = np.empty(n_clusters, dtype=object)
+    for c, st in zip(cluster_idx, strata):
+        if cluster_stratum[c] is not None and cluster_stratum[c] != st:
+            raise ValueError(f"cluster {c} spans strata {cluster_stratum[c]!r} and {st!r}; clusters must be nested in strata")
+        cluster_stratum[c] = st
+    counts = np.zeros((n_resamples, n_clusters), dtype=np.int64)
+    for st in sorted(set(cluster_stratum.tolist()), key=str):
+        members = np.flatnonzero(cluster_stratum == st)
+        counts[:, members] = resample_counts(len(members), n_resamples, rng)
+    return counts
+
+
+def _bca_interval(reps: np.ndarray, point: float, jack: np.ndarray, confidence_level: float) -> tuple[float, float]:
+    """Bias-corrected and accelerated percentile interval (Efron 1987); acceleration from the cluster jackknife."""
+    from scipy.stats import norm
+
+    reps = reps[np.isfinite(reps)]
+    prop = np.clip(np.mean(reps < point) + 0.5 * np.mean(reps == point), 1.0 / (len(reps) + 1), 1 - 1.0 / (len(reps) + 1))
+    z0 = norm.ppf(prop)
+    d = jack.mean() - jack
+    denom = 6.0 * np.sum(d**2) ** 1.5
+    a = float(np.sum(d**3) / denom) if denom > 0 else 0.0
+    alpha = (1.0 - confidence_level) / 2.0
+    qs = []
+    for z in (norm.ppf(alpha), norm.ppf(1 - alpha)):
+        qs.append(norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
+    lo, hi = np.quantile(reps, qs)
+    return float(lo), float(hi)
+
+
+def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray,
+                      statistic: Callable[[np.ndarray, np.ndarray], float] | None = None, *,
+                      strata: np.ndarray | None = None, n_resamples: int = 2000,
+                      confidence_level: float = 0.95, method: Literal["percentile", "bca"] = "percentile",
                       seed: int = 0) -> BootstrapResult:
-    """Cluster bootstrap interval for the unit-weighted mean of ``values``.
+    """Cluster (trajectory) bootstrap interval of a statistic of per-unit values.
 
     Args:
-        values: ``(n_units,)`` one value per unit (e.g. per frame).
-        clusters: ``(n_units,)`` cluster id of each unit (e.g. episode).
+        values: ``(n_units, ...)`` one value (or one row, e.g. an embedding) per unit.
+        clusters: ``(n_units,)`` cluster id of each unit (e.g. the episode); clusters are
+            resampled with replacement, whole.
+        statistic: ``statistic(values, weights) -> float`` where ``weights`` ``(n_units,)`` are the
+            units' multiplicities in a replicate (no resampled copies are made: a weighted
+            statistic, e.g. Frechet distance from weighted moments). ``None``: the unit-weighted mean
+            of 1-D ``values`` (vectorised over replicates).
+        strata: ``(n_units,)`` stratum of each unit; clusters must be nested in strata and are
+            resampled within them (each replicate keeps every stratum's cluster count).
         n_resamples: bootstrap replicates B.
         confidence_level: e.g. 0.95.
-        method: ``percentile``.
+        method: ``percentile``, or ``bca`` (bias-corrected and accelerated; the acceleration from
+            the leave-one-cluster-out jackknife).
         seed: seed of the resampling.
 
     Returns:
-        :class:`BootstrapResult` with the plain mean as ``point``.
+        :class:`BootstrapResult`; ``point`` is the statistic on the data as given.
 
     >>> r = cluster_bootstrap(np.array([1.0, 1.0, 3.0, 3.0]), np.array([0, 0, 1, 1]), n_resamples=200)
     >>> r.low <= r.point <= r.high, r.n_clusters
     (True, 2)
     """
-    if method != "percentile":
-        raise ValueError(f"method must be 'percentile', got {method!r}")
-    values, clusters = _check_inputs(values, clusters)
+    if method not in ("percentile", "bca"):
+        raise ValueError(f"method must be 'percentile' or 'bca', got {method!r}")
+    clusters = np.asarray(clusters)
+    if statistic is None:
+        values, clusters = _check_inputs(values, clusters)
+    else:
+        values = np.asarray(values)
+        if clusters.shape != values.shape[:1]:
+            raise ValueError(f"clusters shape {clusters.shape} must be (n_units,) = {values.shape[:1]}")
+        if values.shape[0] == 0:
+            raise ValueError("values is empty")
+    if strata is not None and np.shape(strata) != clusters.shape:
+        raise ValueError(f"strata shape {np.shape(strata)} must equal clusters shape {clusters.shape}")
     _, inverse = np.unique(clusters, return_inverse=True)
-    sums = np.bincount(inverse, weights=values)
-    counts = np.bincount(inverse).astype(np.float64)
-    w = resample_counts(len(sums), n_resamples, make_rng(seed, "cluster_bootstrap"))
-    reps = ratio_replicates(sums[None], counts[None], w)[:, 0]
-    lo, hi = percentile_interval(reps, confidence_level)
-    return BootstrapResult(float(values.mean()), float(lo), float(hi), method, n_resamples, len(sums),
-                           confidence_level)
+    n_clusters = int(inverse.max()) + 1
+    counts = _cluster_counts(inverse, strata, n_clusters, n_resamples, make_rng(seed, "cluster_bootstrap"))
+    ones = np.ones(n_clusters)
+    if statistic is None:
+        sums = np.bincount(inverse, weights=values, minlength=n_clusters)
+        sizes = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
+        point = float(values.mean())
+        reps = ratio_replicates(sums[None], sizes[None], counts)[:, 0]
+        jack_w = ones[None] - np.eye(n_clusters)
+        jack = ratio_replicates(sums[None], sizes[None], jack_w)[:, 0] if method == "bca" else None
+    else:
+        point = float(statistic(values, np.ones(len(values))))
+        reps = np.array([statistic(values, c[inverse].astype(np.float64)) for c in counts])
+        jack = (np.array([statistic(values, (inverse != k).astype(np.float64)) for k in range(n_clusters)])
+                if method == "bca" else None)
+    if method == "bca":
+        lo, hi = _bca_interval(reps, point, jack, confidence_level)
+    else:
+        lo, hi = percentile_interval(reps[np.isfinite(reps)], confidence_level)
+    return BootstrapResult(point, float(lo), float(hi), method, n_resamples, n_clusters, confidence_level)
 
 
 def ratio_replicates(values: np.ndarray, denominators: np.ndarray, counts: np.ndarray) -> np.ndarray:
