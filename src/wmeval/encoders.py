@@ -215,7 +215,9 @@ class _FidPool3:
         self.net = net
 
     def to(self, device):
-        self.net = self.net.to(device, memory_format=__import__("torch").channels_last)
+        import torch
+
+        self.net = self.net.to(device, memory_format=torch.channels_last)
         return self
 
     def eval(self):
