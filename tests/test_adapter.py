@@ -110,7 +110,7 @@ def _export_sharp_a(tmp_path, **overrides):
         g = g.sort_values(["episode", "sample", "t"])
         frames = np.stack(g["frame"].to_numpy()).reshape(3, 1, 2, 48, 48, 1)
         arrays[(regime, plan)] = {"episode": np.arange(3), "frames": frames}
-    for key, fn in overrides.items():
+    for fn in overrides.values():
         fn(arrays)
     d = tmp_path / "preds"
     write_predictions(d, "blobs", PROTO.horizon, False, arrays)

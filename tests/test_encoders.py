@@ -14,7 +14,7 @@ from wmeval.encoders import build_encoder, fid_architecture, random_conv_net
 from wmeval.errors import ConfigError, WmevalError
 from wmeval.perceptual import load_lpips
 from wmeval.provenance import file_sha256
-from wmeval.weights import WeightsError, WeightsSpec, fetch, require
+from wmeval.weights import WeightsError, WeightsSpec, fetch
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_features_stage_without_weights_fails_cleanly(tmp_path):
 def test_embed_file_clips_and_frames(tmp_path, tiny_params):
     from wmeval.features import embed_file
     from wmeval.rollouts import run_world
-    from wmeval.tables import read_metadata, tensor_numpy, write_table
+    from wmeval.tables import tensor_numpy, write_table
 
     p = tiny_params
     tables = run_world(p.worlds["blobs"], {"s": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "stochastic"}},

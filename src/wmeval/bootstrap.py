@@ -66,9 +66,8 @@ def intervals(df: pd.DataFrame, by: list[str], counts_for, boot, baselines: dict
         if base in sources:
             b = sources.index(base)
             d_reps = reps - reps[:, [b]]
-            bad = np.vectorize(info.badness)
             with np.errstate(invalid="ignore"):
-                better = bad(reps) < bad(reps[:, [b]])
+                better = info.badness(reps) < info.badness(reps[:, [b]])
             for j in range(len(sources)):
                 ok = np.isfinite(d_reps[:, j])
                 if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):

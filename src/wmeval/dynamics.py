@@ -40,7 +40,7 @@ from .provenance import code_version
 from .rng import make_rng
 from .rollouts import GROUND_TRUTH
 from .tables import rollout_table, with_metadata
-from .worlds import Plan, World, rollout_states
+from .worlds import World, rollout_states
 
 log = logging.getLogger(__name__)
 FORMAT = "wmeval-dynamics/1"

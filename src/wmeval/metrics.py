@@ -33,11 +33,16 @@ class MetricInfo:
     target: float | None = None
     summary_t: str | None = None
 
-    def badness(self, value: float) -> float:
-        """A number that is smaller for better values (for ranking)."""
+    def badness(self, value):
+        """A number that is smaller for better values (for ranking); elementwise on arrays."""
+        v = np.asarray(value, dtype=np.float64)
         if self.higher_is_better is None:
-            return abs(np.log(value / self.target)) if value > 0 else np.inf
-        return -value if self.higher_is_better else value
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(v > 0, np.abs(np.log(np.where(v > 0, v, 1.0) / self.target)), np.inf)
+            out = np.where(np.isnan(v), np.nan, out)
+        else:
+            out = -v if self.higher_is_better else v
+        return float(out) if out.ndim == 0 else out
 
     @property
     def arrow(self) -> str:

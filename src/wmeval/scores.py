@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -138,7 +140,7 @@ def contributions(world: str, source: str, model: pa.Table, truth: pa.Table, n_e
     })
 
 
-def episode_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
+def episode_values(contrib: pd.DataFrame) -> pd.DataFrame:
     """Per-episode values from :func:`contributions` rows.
 
     Within a plan, an episode's value is the mean over its valid steps; plans are
@@ -146,8 +148,6 @@ def episode_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
     (``condition = "all"``). An episode with no valid step has no value and is
     counted out by the caller (``n_clusters``), never imputed.
     """
-    import pandas as pd
-
     keys = ["world", "source", "metric", "regime"]
     per_plan = contrib.groupby([*keys, "condition", "plan", "episode"], observed=True, sort=True)["value"].mean()
     per_cond = per_plan.groupby(level=[*keys, "condition", "episode"], observed=True).mean().reset_index()
@@ -156,7 +156,7 @@ def episode_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
     return pd.concat([pooled, per_cond], ignore_index=True)[[*keys, "condition", "episode", "value"]]
 
 
-def curve_values(contrib: "pd.DataFrame") -> "pd.DataFrame":
+def curve_values(contrib: pd.DataFrame) -> pd.DataFrame:
     """Per-(episode, t) values for horizon curves, plans weighted equally (pooled conditions)."""
     keys = ["world", "source", "metric", "regime", "t", "episode"]
     return contrib.groupby(keys, observed=True, sort=True)["value"].mean().reset_index()
@@ -170,10 +170,8 @@ def _initial_states(desc: dict) -> str:
     return "declared by the world"
 
 
-def _summaries(curves: "pd.DataFrame", dyn: dict) -> "pd.DataFrame":
+def _summaries(curves: pd.DataFrame, dyn: dict) -> pd.DataFrame:
     """Per-episode headline rows of curve metrics, at the step their registry entry names."""
-    import pandas as pd
-
     from .metrics import REGISTRY
 
     parts = []
@@ -182,19 +180,18 @@ def _summaries(curves: "pd.DataFrame", dyn: dict) -> "pd.DataFrame":
         if key is None:
             continue
         at = dyn[key]
-        parts.append(g[g.t == at].assign(condition=lambda d: d.condition + f" @t={at}"))
+        sel = g[g.t == at]
+        parts.append(sel.assign(condition=sel.condition + f" @t={at}"))
     return pd.concat(parts, ignore_index=True) if parts else curves.iloc[:0]
 
 
-def compute_statistics(params, rollouts: "Path", features: "Path", out: "Path") -> None:
+def compute_statistics(params, rollouts: Path, features: Path, out: Path) -> None:
     """Write ``contributions``, ``episodes`` and ``curves`` Parquet files and ``protocol.json`` to ``out``.
 
     ``episodes`` holds one row per (world, source, metric, regime, condition, unit, episode)
     with ``value`` and ``denominator``; ``curves`` the same per horizon step ``t``.
     """
     import json
-
-    import pandas as pd
 
     from .layers import COLUMNS, dynamics_contributions, task_signal_contributions
     from .metrics import REGISTRY

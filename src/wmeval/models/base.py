@@ -129,9 +129,10 @@ def check_states(states: Any, expected: tuple[int, ...], where: str) -> np.ndarr
 
 
 def check_log_prob(logp: Any, expected: tuple[int, ...], where: str) -> np.ndarray:
-    arr = _to_numpy(logp).astype(np.float64) if np.asarray(_to_numpy(logp)).dtype.kind in "fiu" else None
-    if arr is None:
-        raise ModelOutputError(f"{where}: log_prob must return real numbers")
+    raw = _to_numpy(logp)
+    if raw.dtype.kind not in "fiu":
+        raise ModelOutputError(f"{where}: log_prob returned dtype {raw.dtype}, expected real numbers")
+    arr = raw.astype(np.float64)
     if tuple(arr.shape) != tuple(expected):
         raise ModelOutputError(f"{where}: shape {tuple(arr.shape)}, expected {tuple(expected)}")
     bad = np.isnan(arr) | (arr == np.inf)
