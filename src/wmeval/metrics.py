@@ -162,29 +162,53 @@ def _sqrtm_psd(m: np.ndarray) -> np.ndarray:
 
 
 class FrechetReference:
-    """The reference side of Frechet distances, with ``sqrt(sigma1)`` computed once.
+    """The reference side of Frechet distances, factored once.
 
-    Comparing several models with one reference reuses the square root, so each
-    further distance costs two matrix products and one symmetric eigenvalue solve.
+    ``tr((sqrt(S1) S2 sqrt(S1))^(1/2))`` is the sum of square roots of the eigenvalues of any
+    symmetric matrix ``R^T S2 R`` with ``R R^T = S1``: they are the eigenvalues of ``S2 S1``.
+    A full-rank reference uses its Cholesky factor ``R = L`` (a third of the cost of one
+    symmetric eigendecomposition); a rank-deficient one (``n <= d``, or Cholesky failing) uses
+    the symmetric PSD square root from ``eigh``, whose zero eigenvalues contribute nothing.
+    Comparing several models with one reference reuses the factor, so each further
+    distance costs one matrix product pair and one symmetric eigenvalue solve.
+
+    Attributes:
+        factor: ``"cholesky"`` or ``"eigh"``, which factorisation was used (for the protocol).
     """
 
-    def __init__(self, mu: np.ndarray, sigma: np.ndarray) -> None:
+    def __init__(self, mu: np.ndarray, sigma: np.ndarray, *, rank_deficient: bool = False) -> None:
         self.mu = np.asarray(mu, dtype=np.float64)
         self.sigma = np.asarray(sigma, dtype=np.float64)
         _check_moments(self.mu, self.sigma, "reference")
-        self.sqrt_sigma = _sqrtm_psd(self.sigma)
         self.trace = float(np.trace(self.sigma))
+        sym = (self.sigma + self.sigma.T) / 2
+        self.root, self.factor = None, "eigh"
+        if not rank_deficient:
+            try:
+                self.root, self.factor = np.linalg.cholesky(sym), "cholesky"
+            except np.linalg.LinAlgError:
+                pass
+        if self.root is None:
+            self.root = _sqrtm_psd(sym)
+
+    @property
+    def sqrt_sigma(self) -> np.ndarray:
+        """A square root ``R`` of the reference covariance (``R R^T = sigma``)."""
+        return self.root
+
+    def trace_sqrt(self, sigma: np.ndarray) -> float:
+        """``tr((sqrt(sigma_ref) sigma sqrt(sigma_ref))^(1/2))``."""
+        m = self.root.T @ sigma @ self.root
+        lam = np.linalg.eigvalsh((m + m.T) / 2)
+        return float(np.sum(np.sqrt(np.clip(lam, 0.0, None))))
 
     def distance(self, mu: np.ndarray, sigma: np.ndarray) -> float:
         mu, sigma = np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
         _check_moments(mu, sigma, "compared")
         if mu.shape != self.mu.shape:
             raise ValueError(f"dimension mismatch: reference {self.mu.shape}, compared {mu.shape}")
-        m = self.sqrt_sigma @ sigma @ self.sqrt_sigma
-        lam = np.linalg.eigvalsh((m + m.T) / 2)
-        tr_sqrt = float(np.sum(np.sqrt(np.clip(lam, 0.0, None))))
         diff = self.mu - mu
-        return float(diff @ diff + self.trace + np.trace(sigma) - 2.0 * tr_sqrt)
+        return float(diff @ diff + self.trace + np.trace(sigma) - 2.0 * self.trace_sqrt(sigma))
 
 
 def _check_moments(mu: np.ndarray, sigma: np.ndarray, side: str) -> None:
@@ -209,3 +233,324 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     4.0
     """
     return FrechetReference(mu1, sigma1).distance(mu2, sigma2)
+
+
+# ----------------------------------------------------------------------------- paired image metrics
+#
+# Frames are float arrays in [0, L] (L = ``data_range``, 1.0 for wmeval's frames) in the layout
+# ``(..., H_img, W, C)`` (channels last; the last three axes are one image).
+
+
+def mse(pred: np.ndarray, target: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Per-sequence MSE: mean over pixels of each frame, then over the valid frames of each sequence.
+
+    Args:
+        pred, target: ``(..., T, H_img, W, C)`` frames (or ``(H_img, W, C)`` for one frame).
+        valid: ``(..., T)`` booleans; padded frames (``False``) are excluded. By convention a
+            sequence with no valid frame has no value: ``NaN`` (the caller counts it out,
+            never as 0). ``None``: every frame is valid.
+
+    Returns:
+        ``(...)`` float64 per-sequence MSE (a scalar for a single frame). Average these over
+        sequences (sequence first, then sequences) for a dataset MSE.
+
+    >>> float(mse(np.zeros((2, 1, 1, 1)), np.array([0.0, 1.0]).reshape(2, 1, 1, 1), np.array([True, False])))
+    0.0
+    """
+    p, g = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    if p.shape != g.shape or p.ndim < 3:
+        raise ValueError(f"pred {p.shape} and target {g.shape} must be equal shapes (..., H_img, W, C)")
+    per_frame = np.mean((p - g) ** 2, axis=(-3, -2, -1))
+    if p.ndim == 3:
+        return per_frame
+    v = np.ones(per_frame.shape, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+    if v.shape != per_frame.shape:
+        raise ValueError(f"valid {v.shape} must match the frame axes {per_frame.shape}")
+    n = v.sum(axis=-1)
+    with np.errstate(invalid="ignore"):
+        return np.where(n > 0, np.sum(np.where(v, per_frame, 0.0), axis=-1) / np.maximum(n, 1), np.nan)
+
+
+def psnr_from_mse(m: np.ndarray, data_range: float = 1.0, cap_db: float | None = 100.0) -> np.ndarray:
+    """``10 log10(L^2 / MSE)`` in dB, higher is better.
+
+    An exact match (MSE = 0) has infinite PSNR; ``cap_db`` (default 100 dB, above any
+    non-zero error of 8-bit frames up to 4096^2 pixels) caps it so averages stay finite.
+    ``cap_db=None`` returns ``inf`` for exact matches.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        out = 10.0 * np.log10(data_range**2 / m)
+    return out if cap_db is None else np.minimum(out, cap_db)
+
+
+def psnr(pred: np.ndarray, target: np.ndarray, *, data_range: float = 1.0, valid: np.ndarray | None = None,
+         cap_db: float | None = 100.0) -> dict[str, float]:
+    """PSNR of frame sequences in both averaging conventions, and their gap.
+
+    Args:
+        pred, target: ``(N, T, H_img, W, C)`` (N sequences of T frames) in [0, ``data_range``].
+        valid: ``(N, T)`` mask of real (non-padded) frames.
+
+    Returns:
+        ``frame_mean``: per-frame PSNR averaged over each sequence's valid frames, then over
+        sequences; ``pooled``: PSNR of the pooled MSE (the sequence-then-dataset MSE of
+        :func:`mse`); ``gap`` = frame_mean - pooled, which for equal sequence lengths is
+        ``10 log10(AM / GM)`` of the per-frame MSEs (>= 0, equal to 0 when all errors are equal).
+
+    >>> r = psnr(np.zeros((1, 2, 1, 1, 1)), np.full((1, 2, 1, 1, 1), 0.1))
+    >>> round(r["frame_mean"], 6), round(r["gap"], 12)
+    (20.0, 0.0)
+    """
+    p, g = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    if p.shape != g.shape or p.ndim != 5:
+        raise ValueError(f"pred {p.shape} and target {g.shape} must both be (N, T, H_img, W, C)")
+    per_frame = np.mean((p - g) ** 2, axis=(-3, -2, -1))
+    v = np.ones(per_frame.shape, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+    keep = v.any(axis=1)
+    if not keep.any():
+        raise ValueError("psnr: no valid frame")
+    fp = psnr_from_mse(per_frame, data_range, cap_db)
+    seq_psnr = np.sum(np.where(v, fp, 0.0), axis=1)[keep] / v.sum(axis=1)[keep]
+    seq_mse = mse(p, g, v)[keep]
+    frame_mean = float(np.mean(seq_psnr))
+    pooled = float(psnr_from_mse(np.mean(seq_mse), data_range, cap_db))
+    return {"frame_mean": frame_mean, "pooled": pooled, "gap": frame_mean - pooled}
+
+
+SSIM_WINDOW, SSIM_SIGMA, SSIM_K1, SSIM_K2 = 11, 1.5, 0.01, 0.03
+
+
+def _gaussian_taps(sigma: float = SSIM_SIGMA, size: int = SSIM_WINDOW) -> np.ndarray:
+    r = np.arange(size) - size // 2
+    w = np.exp(-0.5 * (r / sigma) ** 2)
+    return w / w.sum()
+
+
+def _blur_valid(x):
+    """Separable Gaussian filter over the two image axes of ``(B, C, H, W)`` torch float64, 'valid' part only."""
+    import torch
+
+    taps = torch.from_numpy(_gaussian_taps()).to(x.dtype)
+    b, c, h, w = x.shape
+    y = torch.nn.functional.conv2d(x.reshape(b * c, 1, h, w), taps.view(1, 1, -1, 1))
+    y = torch.nn.functional.conv2d(y, taps.view(1, 1, 1, -1))
+    return y.reshape(b, c, y.shape[-2], y.shape[-1])
+
+
+def ssim(pred: np.ndarray, target: np.ndarray, *, data_range: float = 1.0) -> np.ndarray:
+    """Mean SSIM per image pair (Wang et al. 2004), higher is better, 1 for identical images.
+
+    Gaussian window of 11 taps with sigma 1.5, K1 = 0.01, K2 = 0.03, population (not sample)
+    covariances, constants from ``data_range`` L. Borders: the SSIM map is averaged over the
+    pixels whose whole window lies inside the image (the 5-pixel border is excluded), which is
+    what ``skimage.metrics.structural_similarity(gaussian_weights=True, sigma=1.5,
+    use_sample_covariance=False, data_range=L)`` does after its reflect-padded filtering. Each
+    channel is scored separately and the channels averaged.
+
+    Args:
+        pred, target: ``(..., H_img, W, C)`` with ``H_img, W >= 11``.
+
+    Returns:
+        ``(...)`` float64.
+    """
+    import torch
+
+    p, g = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    if p.shape != g.shape or p.ndim < 3:
+        raise ValueError(f"pred {p.shape} and target {g.shape} must be equal shapes (..., H_img, W, C)")
+    if min(p.shape[-3:-1]) < SSIM_WINDOW:
+        raise ValueError(f"ssim: images {p.shape[-3:-1]} are smaller than the {SSIM_WINDOW}-pixel window")
+    lead = p.shape[:-3]
+    x = torch.from_numpy(p.reshape(-1, *p.shape[-3:])).permute(0, 3, 1, 2)
+    y = torch.from_numpy(g.reshape(-1, *g.shape[-3:])).permute(0, 3, 1, 2)
+    c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
+    mx, my = _blur_valid(x), _blur_valid(y)
+    vx = _blur_valid(x * x) - mx * mx
+    vy = _blur_valid(y * y) - my * my
+    cxy = _blur_valid(x * y) - mx * my
+    s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+    return s.mean(dim=(-2, -1)).mean(dim=-1).numpy().reshape(lead)
+
+
+def lpips_distance(pred: np.ndarray, target: np.ndarray, model, *, batch_size: int = 64, device: str = "cpu"
+                   ) -> np.ndarray:
+    """LPIPS distance per image pair, lower is better, through an ``lpips.LPIPS`` module.
+
+    Args:
+        pred, target: ``(..., H_img, W, C)`` in [0, 1]; grayscale (C = 1) is repeated to RGB.
+        model: from :func:`wmeval.perceptual.load_lpips` (its record names backbone and version).
+
+    Returns:
+        ``(...)`` float64.
+    """
+    import torch
+
+    p, g = np.asarray(pred, dtype=np.float32), np.asarray(target, dtype=np.float32)
+    if p.shape != g.shape or p.ndim < 3 or p.shape[-1] not in (1, 3):
+        raise ValueError(f"pred {p.shape} and target {g.shape} must be equal shapes (..., H_img, W, 1 or 3)")
+    lead = p.shape[:-3]
+    p, g = p.reshape(-1, *p.shape[-3:]), g.reshape(-1, *g.shape[-3:])
+    out = []
+    model = model.to(device)
+    with torch.no_grad():
+        for i in range(0, len(p), batch_size):
+            a = torch.from_numpy(p[i:i + batch_size]).permute(0, 3, 1, 2).to(device)
+            b = torch.from_numpy(g[i:i + batch_size]).permute(0, 3, 1, 2).to(device)
+            if a.shape[1] == 1:
+                a, b = a.repeat(1, 3, 1, 1), b.repeat(1, 3, 1, 1)
+            out.append(model(a, b, normalize=True).reshape(-1).double().cpu().numpy())
+    return (np.concatenate(out) if out else np.empty(0)).reshape(lead)
+
+
+# ----------------------------------------------------------------------------- distributional metrics
+
+def _polynomial_kernel_sum(a: np.ndarray, b: np.ndarray, d: int, chunk: int = 4096) -> tuple[float, float]:
+    """``(sum_ij k(a_i, b_j), sum_i k(a_i, b_i))`` for ``k(x, y) = (x.y / d + 1)^3``, chunked."""
+    total = 0.0
+    for i in range(0, len(a), chunk):
+        total += float(np.sum((a[i:i + chunk] @ b.T / d + 1.0) ** 3))
+    diag = float(np.sum((np.einsum("ij,ij->i", a, b) / d + 1.0) ** 3)) if a.shape == b.shape else float("nan")
+    return total, diag
+
+
+def mmd2_unbiased(x: np.ndarray, y: np.ndarray) -> float:
+    """Unbiased MMD^2 with the polynomial kernel ``(x.y / d + 1)^3`` (KID's kernel) on all rows."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    m, n, d = len(x), len(y), x.shape[1]
+    sxx, dxx = _polynomial_kernel_sum(x, x, d)
+    syy, dyy = _polynomial_kernel_sum(y, y, d)
+    sxy, _ = _polynomial_kernel_sum(x, y, d)
+    return (sxx - dxx) / (m * (m - 1)) + (syy - dyy) / (n * (n - 1)) - 2.0 * sxy / (m * n)
+
+
+def kid(real_features: np.ndarray, fake_features: np.ndarray, *, num_subsets: int = 100, subset_size: int = 1000,
+        seed: int = 0) -> tuple[float, float]:
+    """Kernel Inception Distance (Binkowski et al. 2018): mean and std of unbiased MMD^2 over subsets.
+
+    Polynomial kernel of degree 3, gamma = 1/d, coef 1. Each of ``num_subsets`` draws picks
+    ``min(subset_size, n_real, n_fake)`` rows of each side without replacement (seeded); lower is
+    better and the estimate can be slightly negative. The torch-fidelity convention.
+
+    Returns:
+        ``(mean, std)`` over subsets (std with ``ddof = 0``, as torch-fidelity).
+    """
+    x, y = np.asarray(real_features, dtype=np.float64), np.asarray(fake_features, dtype=np.float64)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1] or min(len(x), len(y)) < 2:
+        raise ValueError(f"kid: features must be (n >= 2, d) with equal d, got {x.shape} and {y.shape}")
+    m = min(subset_size, len(x), len(y))
+    rng = np.random.default_rng(seed)
+    vals = [mmd2_unbiased(x[rng.choice(len(x), m, replace=False)], y[rng.choice(len(y), m, replace=False)])
+            for _ in range(num_subsets)]
+    return float(np.mean(vals)), float(np.std(vals))
+
+
+def fd_infinity(real_features: np.ndarray, fake_features: np.ndarray, *, grid: list[int] | None = None,
+                draws: int = 1, seed: int = 0) -> dict:
+    """FD-infinity (Chong & Forsyth 2020): the FD extrapolated to infinitely many generated samples.
+
+    FD is computed with the full real set against ``draws`` random subsets (without replacement)
+    of N generated rows for each N in ``grid``; a least-squares line ``FD_N = a + b / N`` is fitted
+    and its intercept ``a`` is FD-infinity. Default grid: 15 points evenly spaced from
+    ``n_fake / 5`` to ``n_fake`` (at least ``d + 2`` each where possible).
+
+    Returns:
+        ``{"value": a, "slope": b, "grid": [...], "fd": [mean FD per N]}``.
+    """
+    x, y = np.asarray(real_features, dtype=np.float64), np.asarray(fake_features, dtype=np.float64)
+    n = len(y)
+    if grid is None:
+        lo = min(n, max(n // 5, x.shape[1] + 2))
+        grid = sorted(set(int(v) for v in np.linspace(lo, n, 15)))
+    if len(grid) < 2 or min(grid) < 2 or max(grid) > n:
+        raise ValueError(f"fd_infinity: grid {grid} needs >= 2 sizes in [2, n_fake = {n}]")
+    ref = gaussian_stats(x)
+    ref = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.rank_deficient)
+    rng = np.random.default_rng(seed)
+    fds = []
+    for size in grid:
+        vals = []
+        for _ in range(draws):
+            s = gaussian_stats(y[rng.choice(n, size, replace=False)])
+            vals.append(ref.distance(s.mu, s.sigma))
+        fds.append(float(np.mean(vals)))
+    design = np.stack([np.ones(len(grid)), 1.0 / np.asarray(grid, dtype=np.float64)], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, np.asarray(fds), rcond=None)
+    return {"value": float(a), "slope": float(b), "grid": list(map(int, grid)), "fd": fds}
+
+
+def _kth_neighbour_radii(x: np.ndarray, k: int, chunk: int) -> np.ndarray:
+    """Distance of each row to its k-th nearest neighbour in ``x``, the row itself excluded."""
+    sq = np.einsum("ij,ij->i", x, x)
+    out = np.empty(len(x))
+    for i in range(0, len(x), chunk):
+        d2 = sq[i:i + chunk, None] + sq[None] - 2.0 * (x[i:i + chunk] @ x.T)
+        d = np.sqrt(np.maximum(d2, 0.0))
+        # Column k of the sorted row is the k-th neighbour: column 0 is the row itself (distance 0).
+        out[i:i + chunk] = np.partition(d, k, axis=1)[:, k]
+    return out
+
+
+def prdc_rows(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 5, chunk: int = 2048) -> dict:
+    """Per-row indicators behind :func:`prdc` (each metric is a mean of one of these).
+
+    Returns:
+        ``precision`` (n_fake,): fake row inside some real k-NN ball; ``density`` (n_fake,):
+        number of real balls containing the fake row, over k; ``recall`` (n_real,): real row
+        inside some fake k-NN ball; ``coverage`` (n_real,): nearest fake row inside the real
+        row's own ball. Balls are open (strict inequalities), radii the k-th neighbour
+        distance excluding the row itself, Euclidean distances in float64. Memory is
+        ``O(chunk * (n_real + n_fake))``.
+    """
+    x, y = np.asarray(real_features, dtype=np.float64), np.asarray(fake_features, dtype=np.float64)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"prdc: features must be (n, d) with equal d, got {x.shape} and {y.shape}")
+    if not 1 <= k < min(len(x), len(y)):
+        raise ValueError(f"prdc: k = {k} must be in [1, min(n_real, n_fake) = {min(len(x), len(y))})")
+    rr, rf = _kth_neighbour_radii(x, k, chunk), _kth_neighbour_radii(y, k, chunk)
+    sx, sy = np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)
+    in_real = np.zeros(len(y), dtype=np.int64)    # real balls containing each fake row
+    recall = np.zeros(len(x), dtype=bool)
+    nearest_fake = np.full(len(x), np.inf)
+    for j in range(0, len(y), chunk):
+        d = np.sqrt(np.maximum(sx[:, None] + sy[None, j:j + chunk] - 2.0 * (x @ y[j:j + chunk].T), 0.0))  # (n_r, c)
+        in_real[j:j + chunk] = np.sum(d < rr[:, None], axis=0)
+        recall |= np.any(d < rf[None, j:j + chunk], axis=1)
+        nearest_fake = np.minimum(nearest_fake, d.min(axis=1))
+    return {"precision": (in_real > 0).astype(np.float64), "density": in_real / k,
+            "recall": recall.astype(np.float64), "coverage": (nearest_fake < rr).astype(np.float64)}
+
+
+def prdc(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 5, chunk: int = 2048) -> dict[str, float]:
+    """Precision and recall (Kynkaanniemi et al. 2019), density and coverage (Naeem et al. 2020).
+
+    Exactly the ``prdc`` package's definitions (k-th neighbour excluding self, strict
+    inequalities, Euclidean distance), computed in chunks so that 50k x 50k fits in bounded
+    memory. All four are higher-is-better shares (density can exceed 1). Recall and coverage
+    describe the real set's support as estimated by k-NN balls, not a manifold's volume.
+    """
+    return {name: float(v.mean()) for name, v in prdc_rows(real_features, fake_features, k=k, chunk=chunk).items()}
+
+
+def best_of_k(errors: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Oracle best-of-K error: the minimum over the first K samples of a nested pool.
+
+    Args:
+        errors: ``(..., K_max)`` error of each sample against the realized future (the same
+            future for every sample).
+        k: pool size; ``None`` returns the whole curve ``(..., K_max)`` for K = 1..K_max.
+
+    A nested pool's minimum cannot increase with K. It is a diagnostic that uses the realized
+    future to select, which no deployment can: report it beside single-sample and
+    mean-over-samples error, with K fixed across compared models.
+
+    >>> best_of_k(np.array([3.0, 1.0, 2.0])).tolist()
+    [3.0, 1.0, 1.0]
+    """
+    e = np.asarray(errors, dtype=np.float64)
+    curve = np.minimum.accumulate(e, axis=-1)
+    if k is None:
+        return curve
+    if not 1 <= k <= e.shape[-1]:
+        raise ValueError(f"best_of_k: k = {k} outside 1..{e.shape[-1]}")
+    return curve[..., k - 1]
