@@ -101,13 +101,58 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class BootstrapConfig:
-    """``bootstrap``: the trajectory-clustered bootstrap."""
+    """``bootstrap``: the trajectory-clustered bootstrap.
+
+    Attributes:
+        n_resamples: B for every metric that is a ratio of per-episode sums.
+        n_resamples_distributional: B for FD and KID, whose replicates recompute moments and a
+            matrix square root (the cost floor, see benchmarks/fd_replicates.py).
+        n_jobs: threads for the distributional replicates (0: all cores); results do not depend on it.
+    """
 
     name: str
     n_resamples: int
     confidence_level: float
     method: Literal["percentile"]
     seed: int
+    n_resamples_distributional: int = 500
+    n_jobs: int = 0
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """``scoring``: how the statistics stage scores observations (seed 000's declared choices).
+
+    Attributes:
+        lpips: LPIPS backbone (``alex`` or ``vgg``; its torchvision file must be in the weights
+            directory) or ``null`` for none.
+        views: distributional views, ``frame`` (predicted frames against real frames, the
+            published FID construction) and/or ``transition`` (each frame joined with the previous one).
+        strata: ``action`` (bins of the action that led to the frame) or ``plan`` (plan condition).
+        action_bins: increasing bin edges over the action's first component (covering its range).
+        strata_weights: ``uniform`` or ``empirical`` weights of the stratified FD.
+        min_stratum_count: strata with fewer rows on either side are flagged (never dropped).
+        kid_subsets, kid_subset_size: KID's seeded subsets (all rows when fewer).
+        fd_inf_points, fd_inf_min_fraction, fd_inf_draws: FD-infinity's grid of N (evenly spaced from
+            the fraction of the generated rows to all of them) and draws per grid point.
+        prdc_k: k of the k-NN balls of precision/recall/density/coverage.
+        seed: seed of subsets and draws.
+    """
+
+    name: str
+    lpips: str | None = None
+    views: list = dataclasses.field(default_factory=lambda: ["frame", "transition"])
+    strata: Literal["action", "plan"] = "action"
+    action_bins: list = dataclasses.field(default_factory=lambda: [-1.0, -0.34, 0.34, 1.0])
+    strata_weights: Literal["uniform", "empirical"] = "uniform"
+    min_stratum_count: int = 32
+    kid_subsets: int = 100
+    kid_subset_size: int = 10000
+    fd_inf_points: int = 5
+    fd_inf_min_fraction: float = 0.2
+    fd_inf_draws: int = 2
+    prdc_k: int = 5
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +197,7 @@ class Params:
     encoder: EncoderConfig
     bootstrap: BootstrapConfig
     dynamics: DynamicsConfig
+    scoring: ScoringConfig
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -219,7 +265,7 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
-    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics"}
+    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -276,13 +322,36 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         raise ConfigError(f"{source}: bootstrap.n_resamples = {boot.n_resamples}; use at least 100")
     if not 0.5 < boot.confidence_level < 1.0:
         raise ConfigError(f"{source}: bootstrap.confidence_level = {boot.confidence_level}; must be in (0.5, 1)")
+    if boot.n_resamples_distributional < 100 or boot.n_jobs < 0:
+        raise ConfigError(f"{source}: bootstrap.n_resamples_distributional = {boot.n_resamples_distributional} "
+                          f"(use at least 100) and bootstrap.n_jobs = {boot.n_jobs} (>= 0)")
     dyn = parse_section(DynamicsConfig, raw["dynamics"], f"{source}: dynamics")
     _check_dynamics(dyn, f"{source}: dynamics")
+    scoring = parse_section(ScoringConfig, raw["scoring"], f"{source}: scoring")
+    _check_scoring(scoring, f"{source}: scoring")
     params = Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot,
-                    dynamics=dyn)
+                    dynamics=dyn, scoring=scoring)
     for k in worlds:
         _check_dynamics(world_dynamics(params, k, source), f"{source}: dynamics (with worlds.{k}.dynamics)")
     return params
+
+
+def _check_scoring(sc: "ScoringConfig", where: str) -> None:
+    if sc.lpips not in (None, "alex", "vgg"):
+        raise ConfigError(f"{where}.lpips = {sc.lpips!r}; expected null, 'alex' or 'vgg'")
+    bad = [v for v in sc.views if v not in ("frame", "transition")]
+    if not sc.views or bad or len(set(sc.views)) != len(sc.views):
+        raise ConfigError(f"{where}.views = {sc.views!r}; expected distinct entries of ['frame', 'transition']")
+    edges = sc.action_bins
+    if (len(edges) < 2 or any(isinstance(e, bool) or not isinstance(e, (int, float)) for e in edges)
+            or any(b <= a for a, b in zip(edges, edges[1:]))):
+        raise ConfigError(f"{where}.action_bins = {edges!r}; expected at least two increasing numbers")
+    for key in ("min_stratum_count", "kid_subsets", "kid_subset_size", "prdc_k", "fd_inf_draws"):
+        if getattr(sc, key) < 1:
+            raise ConfigError(f"{where}.{key} = {getattr(sc, key)}; must be >= 1")
+    if sc.kid_subset_size < 2 or sc.fd_inf_points < 2 or not 0 < sc.fd_inf_min_fraction < 1:
+        raise ConfigError(f"{where}: kid_subset_size = {sc.kid_subset_size} (>= 2), fd_inf_points = "
+                          f"{sc.fd_inf_points} (>= 2) and fd_inf_min_fraction = {sc.fd_inf_min_fraction} (in (0, 1))")
 
 
 def _check_dynamics(dyn: "DynamicsConfig", where: str) -> None:

@@ -111,6 +111,9 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
         if getattr(model, "precomputed", False):
             skipped[name] = "imported predictions cannot answer the planner's and probes' new queries"
             continue
+        if getattr(model, "observation_only", None):
+            skipped[name] = model.observation_only
+            continue
         p = StatePredictor(name, model, world, dyn.seed)
         if p(s0[:1], plans[0].actions[:1, :1], 1, "probe_call") is None:
             skipped[name] = "the model predicts frames only; the dynamics layers need states"

@@ -36,7 +36,9 @@ class MetricInfo:
     def badness(self, value):
         """A number that is smaller for better values (for ranking); elementwise on arrays."""
         v = np.asarray(value, dtype=np.float64)
-        if self.higher_is_better is None:
+        if self.higher_is_better is None and self.target is None:
+            out = np.full(v.shape, np.nan)            # a diagnostic without a direction: never ranked
+        elif self.higher_is_better is None:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out = np.where(v > 0, np.abs(np.log(np.where(v > 0, v, 1.0) / self.target)), np.inf)
             out = np.where(np.isnan(v), np.nan, out)
@@ -46,7 +48,13 @@ class MetricInfo:
 
     @property
     def arrow(self) -> str:
-        return "→1" if self.higher_is_better is None else ("↑" if self.higher_is_better else "↓")
+        if self.higher_is_better is None:
+            return "·" if self.target is None else f"→{self.target:g}"
+        return "↑" if self.higher_is_better else "↓"
+
+    @property
+    def ranked(self) -> bool:
+        return self.higher_is_better is not None or self.target is not None
 
 
 REGISTRY: dict[str, MetricInfo] = {
@@ -87,6 +95,66 @@ REGISTRY: dict[str, MetricInfo] = {
                    "real reward events that are predicted, pooled over steps", aggregate="ratio"),
         MetricInfo("peak_time_offset", False, "steps", "task",
                    "|argmax_t predicted reward - argmax_t real reward| per open-loop rollout"),
+        # Seed 000's observation layer: paired image scores (frames in [0, 1], L = 1).
+        MetricInfo("psnr", True, "dB", "paired",
+                   "mean of per-frame PSNR 10 log10(L^2 / MSE_frame) (per sequence, then over sequences); "
+                   "an exact match counts as the declared cap of 100 dB"),
+        MetricInfo("psnr_pooled", True, "dB", "paired",
+                   "PSNR of the pooled MSE: 10 log10(L^2 / mean over episodes of pixel_mse)", aggregate="psnr"),
+        MetricInfo("psnr_gap", None, "dB", "paired",
+                   "psnr - psnr_pooled = 10 log10(AM / GM) of the frame MSEs for equal lengths; >= 0, "
+                   "0 when every frame has the same error (a convention gap, not a quality)"),
+        MetricInfo("ssim", True, "SSIM", "paired",
+                   "mean SSIM, Gaussian window 11, sigma 1.5, K1 0.01, K2 0.03, L = 1, population "
+                   "covariances, 5-px border excluded, channels averaged (skimage's definition)"),
+        MetricInfo("lpips", False, "LPIPS", "paired",
+                   "LPIPS distance (lpips package, v0.1 linear layers, backbone in the protocol), inputs in [-1, 1]"),
+        # Stochastic futures.
+        MetricInfo("single_sample_mse", False, "(intensity)^2", "stochastic",
+                   "open-loop sequence MSE of sample 0 alone against each realized future (a deployment "
+                   "that draws one sample)"),
+        MetricInfo("best_of_k_mse", False, "(intensity)^2", "stochastic",
+                   "oracle best-of-K: per realized future, the minimum sequence MSE over the model's K "
+                   "samples (K = protocol.num_samples for every model); selection uses the future, which no "
+                   "deployment can"),
+        MetricInfo("best_of_k_curve", False, "(intensity)^2", "stochastic",
+                   "best-of-K sequence MSE over nested pools K = 1..K_max (the first K samples); "
+                   "cannot increase with K"),
+        MetricInfo("sample_diversity", None, "(intensity)^2", "stochastic",
+                   "mean squared pixel distance between distinct samples (ground_truth: between realized "
+                   "futures): a spread, not coverage; no direction, compare with ground_truth"),
+        MetricInfo("nll", False, "nats per step", "probabilistic",
+                   "negative log-likelihood of each realized step given the realized history (teacher "
+                   "forced), base measure in the protocol; zero mass gives +inf, never clipped"),
+        MetricInfo("event_brier", False, "probability^2", "probabilistic",
+                   "Brier score of the declared outcome event: (share of K samples with the event - "
+                   "event indicator of each realized future)^2"),
+        MetricInfo("event_frequency", None, "share", "probabilistic",
+                   "reliability: observed event frequency among forecasts in a bin (condition p=...)",
+                   aggregate="ratio"),
+        MetricInfo("event_forecast", None, "share", "probabilistic",
+                   "reliability: mean forecast probability of the bin", aggregate="ratio"),
+        # Distributional (features stage embeddings).
+        MetricInfo("fd", False, "encoder units^2", "distributional",
+                   "Frechet distance between Gaussian fits of real and predicted embeddings (plug-in, "
+                   "biased at finite N), pooled or within one stratum"),
+        MetricInfo("fd_stratified", False, "encoder units^2", "distributional",
+                   "sum over strata of w_s * FD_s with the declared weights"),
+        MetricInfo("fd_bias_corrected", False, "encoder units^2", "distributional",
+                   "bootstrap bias-corrected pooled FD, 2 FD - mean of replicates, with the basic interval"),
+        MetricInfo("fd_infinity", False, "encoder units^2", "distributional",
+                   "FD-infinity (Chong & Forsyth 2020): intercept of FD_N = a + b / N over the declared grid"),
+        MetricInfo("kid", False, "encoder units^2", "distributional",
+                   "unbiased MMD^2 with the kernel (x.y / d + 1)^3"),
+        MetricInfo("precision", True, "share", "distributional",
+                   "share of predicted embeddings inside some real k-NN ball (Kynkaanniemi 2019)", aggregate="ratio"),
+        MetricInfo("recall", True, "share", "distributional",
+                   "share of real embeddings inside some predicted k-NN ball", aggregate="ratio"),
+        MetricInfo("density", True, "balls per sample / k", "distributional",
+                   "real k-NN balls containing each predicted embedding, over k (Naeem 2020); 1 when matched",
+                   aggregate="ratio"),
+        MetricInfo("coverage", True, "share", "distributional",
+                   "share of real embeddings whose own k-NN ball contains a predicted one", aggregate="ratio"),
     )
 }
 
@@ -271,7 +339,11 @@ def mse(pred: np.ndarray, target: np.ndarray, valid: np.ndarray | None = None) -
         return np.where(n > 0, np.sum(np.where(v, per_frame, 0.0), axis=-1) / np.maximum(n, 1), np.nan)
 
 
-def psnr_from_mse(m: np.ndarray, data_range: float = 1.0, cap_db: float | None = 100.0) -> np.ndarray:
+PSNR_CAP_DB = 100.0
+"""The declared PSNR of an exact match: above any non-zero error of 8-bit frames up to 4096^2 pixels."""
+
+
+def psnr_from_mse(m: np.ndarray, data_range: float = 1.0, cap_db: float | None = PSNR_CAP_DB) -> np.ndarray:
     """``10 log10(L^2 / MSE)`` in dB, higher is better.
 
     An exact match (MSE = 0) has infinite PSNR; ``cap_db`` (default 100 dB, above any
@@ -285,7 +357,7 @@ def psnr_from_mse(m: np.ndarray, data_range: float = 1.0, cap_db: float | None =
 
 
 def psnr(pred: np.ndarray, target: np.ndarray, *, data_range: float = 1.0, valid: np.ndarray | None = None,
-         cap_db: float | None = 100.0) -> dict[str, float]:
+         cap_db: float | None = PSNR_CAP_DB) -> dict[str, float]:
     """PSNR of frame sequences in both averaging conventions, and their gap.
 
     Args:
@@ -327,15 +399,13 @@ def _gaussian_taps(sigma: float = SSIM_SIGMA, size: int = SSIM_WINDOW) -> np.nda
     return w / w.sum()
 
 
-def _blur_valid(x):
-    """Separable Gaussian filter over the two image axes of ``(B, C, H, W)`` torch float64, 'valid' part only."""
-    import torch
+def _blur_valid(x: np.ndarray) -> np.ndarray:
+    """Separable Gaussian filter over the image axes of ``(B, H, W, C)`` float64, 'valid' part only."""
+    from numpy.lib.stride_tricks import sliding_window_view
 
-    taps = torch.from_numpy(_gaussian_taps()).to(x.dtype)
-    b, c, h, w = x.shape
-    y = torch.nn.functional.conv2d(x.reshape(b * c, 1, h, w), taps.view(1, 1, -1, 1))
-    y = torch.nn.functional.conv2d(y, taps.view(1, 1, 1, -1))
-    return y.reshape(b, c, y.shape[-2], y.shape[-1])
+    w = _gaussian_taps()
+    y = sliding_window_view(x, SSIM_WINDOW, axis=1) @ w
+    return sliding_window_view(y, SSIM_WINDOW, axis=2) @ w
 
 
 def ssim(pred: np.ndarray, target: np.ndarray, *, data_range: float = 1.0) -> np.ndarray:
@@ -354,23 +424,25 @@ def ssim(pred: np.ndarray, target: np.ndarray, *, data_range: float = 1.0) -> np
     Returns:
         ``(...)`` float64.
     """
-    import torch
-
     p, g = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
     if p.shape != g.shape or p.ndim < 3:
         raise ValueError(f"pred {p.shape} and target {g.shape} must be equal shapes (..., H_img, W, C)")
     if min(p.shape[-3:-1]) < SSIM_WINDOW:
         raise ValueError(f"ssim: images {p.shape[-3:-1]} are smaller than the {SSIM_WINDOW}-pixel window")
     lead = p.shape[:-3]
-    x = torch.from_numpy(p.reshape(-1, *p.shape[-3:])).permute(0, 3, 1, 2)
-    y = torch.from_numpy(g.reshape(-1, *g.shape[-3:])).permute(0, 3, 1, 2)
+    x, y = p.reshape(-1, *p.shape[-3:]), g.reshape(-1, *g.shape[-3:])
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
-    mx, my = _blur_valid(x), _blur_valid(y)
-    vx = _blur_valid(x * x) - mx * mx
-    vy = _blur_valid(y * y) - my * my
-    cxy = _blur_valid(x * y) - mx * my
-    s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
-    return s.mean(dim=(-2, -1)).mean(dim=-1).numpy().reshape(lead)
+    out = np.empty(len(x))
+    chunk = max(1, (1 << 24) // max(1, int(np.prod(x.shape[1:]))))
+    for i in range(0, len(x), chunk):
+        a, b = x[i:i + chunk], y[i:i + chunk]
+        mx, my = _blur_valid(a), _blur_valid(b)
+        vx = _blur_valid(a * a) - mx * mx
+        vy = _blur_valid(b * b) - my * my
+        cxy = _blur_valid(a * b) - mx * my
+        s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+        out[i:i + chunk] = s.mean(axis=(1, 2)).mean(axis=-1)
+    return out.reshape(lead)
 
 
 def lpips_distance(pred: np.ndarray, target: np.ndarray, model, *, batch_size: int = 64, device: str = "cpu"

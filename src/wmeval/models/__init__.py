@@ -2,10 +2,11 @@
 
 from .base import History, Prediction, WorldModel, build_model, check_prediction
 from .blobs import BlobReferenceModel
+from .controls import ShuffledFuturesModel
 from .imported import ImportedModel
 from .pendulum import LeastSquaresPendulumModel
 
 __all__ = [
     "BlobReferenceModel", "History", "ImportedModel", "LeastSquaresPendulumModel",
-    "Prediction", "WorldModel", "build_model", "check_prediction",
+    "Prediction", "ShuffledFuturesModel", "WorldModel", "build_model", "check_prediction",
 ]

@@ -93,6 +93,11 @@ class World(Protocol):
     def counterfactual_pairs(self) -> list[tuple[str, str]]:
         """Pairs of plan names evaluated as counterfactuals from the same start."""
 
+    outcome_event_name: str
+
+    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """The declared binary event of a rollout (start and end states ``(..., D)``) for reliability."""
+
     def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
         """Per-step reward from predicted states or frames (None if it cannot be read from them)."""
 

@@ -124,6 +124,13 @@ class BlobWorld:
         gy = np.exp(-0.5 * ((grid - states[..., 1:2]) / self.sigma) ** 2).max(axis=-1)
         return np.exp(-0.5 * (dx / self.sigma) ** 2) * gy
 
+    outcome_event_name = "ends right of x0"
+
+    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Seed 000's declared event: the blob ends right of where it started (the short way round)."""
+        dx = (np.asarray(end)[..., 0] - np.asarray(start)[..., 0]) % self.size
+        return (dx > 1e-9) & (dx < self.size / 2)
+
     def displacement(self, actions: np.ndarray, long: np.ndarray) -> np.ndarray:
         """Signed x displacement for ``(N, A)`` actions and boolean ``long`` ``(N,)``."""
         step = np.where(long, self.long_step, self.short_step)

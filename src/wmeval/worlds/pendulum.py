@@ -124,6 +124,12 @@ class PendulumWorld:
         """Bob height above its lowest point, in rod lengths: ``1 - cos theta``."""
         return None if states is None else 1.0 - np.cos(states[..., 0])
 
+    outcome_event_name = "theta ends above theta0"
+
+    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Declared event for reliability: the pendulum ends at a larger angle than it started."""
+        return np.asarray(end)[..., 0] > np.asarray(start)[..., 0]
+
     def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         return env_step(states, np.asarray(actions)[..., 0], self.dt)
 
