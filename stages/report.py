@@ -14,7 +14,9 @@ def run() -> None:
     intervals = pd.read_parquet("data/bootstrap/intervals.parquet")
     protocol = json.loads(Path("data/bootstrap/protocol.json").read_text())
     curves = pd.read_parquet("data/bootstrap/curves.parquet")
-    atomic_write_text("reports/scorecard.md", render_markdown(intervals, protocol, curves))
+    kpath = Path("data/bootstrap/kcurves.parquet")
+    kcurves = pd.read_parquet(kpath) if kpath.exists() else None
+    atomic_write_text("reports/scorecard.md", render_markdown(intervals, protocol, curves, kcurves))
 
 
 if __name__ == "__main__":

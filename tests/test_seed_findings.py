@@ -7,6 +7,9 @@ temporary git repository; every assertion is about reports/metrics.json.
 
 import json
 
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
 import pytest
 
 from conftest import make_project
@@ -19,7 +22,7 @@ pytestmark = pytest.mark.slow
 def metrics(tmp_path_factory):
     dest = make_project(tmp_path_factory.mktemp("seeds") / "proj", [])
     run([str(BIN / "dvc"), "repro"], dest)
-    return json.loads((dest / "reports" / "metrics.json").read_text())
+    return {**json.loads((dest / "reports" / "metrics.json").read_text()), "_project": dest}
 
 
 def get(m, world, source, metric, key):
@@ -76,3 +79,45 @@ def test_one_step_ranking_and_blob_findings(metrics):
     assert get(metrics, "blobs", "stochastic", "counterfactual_cosine", "open_loop/right vs left @t=1")["low"] > 0.9
     px = {k: get(metrics, "blobs", k, "pixel_mse", "teacher_forced/all")["point"] for k in ("mean", "sharp-A")}
     assert px["mean"] < px["sharp-A"]
+
+
+def test_blob_mean_peak_and_mse_order(metrics):
+    # Seed 000: the mean prediction is a faded two-blob image with peak about 0.503 (stored as uint8).
+    mean = metrics["_project"] / "data" / "rollouts" / "blobs" / "mean.parquet"
+    import pyarrow.parquet as pq
+
+    from wmeval.tables import decode_frames, tensor_numpy
+    t = pq.read_table(mean)
+    first = t.filter(pc.and_(pc.equal(t.column("t"), 1), pc.equal(t.column("regime").cast("string"), "open_loop")))
+    peak = decode_frames(tensor_numpy(first, "frame")).max(axis=(1, 2, 3))
+    assert np.all(np.abs(peak - 0.503) < 0.005)
+
+
+def test_pooled_fd_hides_the_reversal_that_action_stratified_fd_exposes(metrics):
+    pooled = get(metrics, "blobs", "reversed", "fd_bias_corrected", "open_loop/transition:pooled")
+    assert pooled["diff_low"] <= 0.0 <= pooled["diff_high"]            # equal to `stochastic` up to noise
+    strat = get(metrics, "blobs", "reversed", "fd_stratified", "open_loop/transition:uniform")
+    assert strat["diff_low"] > 50 * abs(pooled["diff_to_baseline"])     # clearly separated
+    assert strat["diff_low"] > 0.1
+
+
+def test_shuffled_futures_near_perfect_pooled_fd_bad_paired_error(metrics):
+    for world, worst_fd in (("blobs", "mean"), ("pendulum", "action-blind")):
+        fd = {m: get(metrics, world, m, "fd", "open_loop/frame:pooled")["point"] for m in ("shuffled", worst_fd)}
+        assert fd["shuffled"] < 0.05 * fd[worst_fd]
+        mse = {m: d["pixel_mse"]["open_loop/all"]["point"] for m, d in metrics[world].items() if "pixel_mse" in d}
+        assert max(mse, key=mse.get) == "shuffled"
+
+
+def test_best_of_k_is_an_oracle_below_single_sample(metrics):
+    s = {k: get(metrics, "blobs", "stochastic", k, "open_loop/all")["point"]
+         for k in ("best_of_k_mse", "single_sample_mse", "pixel_mse")}
+    assert s["best_of_k_mse"] < s["pixel_mse"] and s["best_of_k_mse"] < s["single_sample_mse"]
+    k = pd.read_parquet(metrics["_project"] / "data" / "bootstrap" / "kcurves.parquet")
+    for _, g in k.groupby(["world", "source"]):
+        assert np.all(np.diff(g.sort_values("k").point.to_numpy()) <= 1e-12)   # non-increasing in K
+
+
+def test_nll_reversed_infinite_stochastic_log2(metrics):
+    assert get(metrics, "blobs", "stochastic", "nll", "teacher_forced/all")["point"] == pytest.approx(np.log(2))
+    assert get(metrics, "blobs", "reversed", "nll", "teacher_forced/all")["point"] is None   # +inf, JSON null

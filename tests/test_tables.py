@@ -72,7 +72,7 @@ def test_atomic_dir_leaves_nothing_on_failure(tmp_path):
 def test_rollout_files_carry_columns_and_metadata(tiny_params, tmp_path):
     p = tiny_params
     tables = run_world(p.worlds["blobs"], p.models["blobs"].entries, p.protocol, progress=False)
-    assert set(tables) == {"ground_truth", "sharp-A", "sharp-B", "mean", "stochastic", "reversed"}
+    assert set(tables) == {"ground_truth", "sharp-A", "sharp-B", "mean", "stochastic", "reversed", "shuffled"}
     write_table(tables["stochastic"], tmp_path / "s.parquet")
     meta = read_metadata(tmp_path / "s.parquet")
     assert meta["format"] == "wmeval-rollouts/1" and meta["seed"] == 0

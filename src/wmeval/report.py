@@ -20,6 +20,8 @@ Column = tuple[str, str, str, str]  # label, metric, regime, condition
 
 
 def fmt(x: float) -> str:
+    if x is not None and np.isposinf(x):
+        return "∞"
     if x is None or not np.isfinite(x):
         return "undefined"
     if x == 0:
@@ -33,6 +35,8 @@ def fmt(x: float) -> str:
 def cell(row: pd.Series | None) -> str:
     if row is None:
         return "n/a"
+    if np.isposinf(row.point):
+        return "∞ (zero mass on a realized outcome)"
     if not np.isfinite(row.point):
         return "undefined"
     text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
@@ -80,7 +84,81 @@ def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column
     ]
     task = [("reward MSE", "reward_mse", "open_loop", "all"), ("event precision", "event_precision", "open_loop", "all"),
             ("event recall", "event_recall", "open_loop", "all"), ("peak time offset", "peak_time_offset", "open_loop", "all")]
-    return {"observation": present(iv, observation), "dynamics": present(iv, dynamics), "task": present(iv, task)}
+    image = [("one-step PSNR (frame mean), dB", "psnr", "teacher_forced", "all"),
+             ("one-step PSNR (pooled MSE), dB", "psnr_pooled", "teacher_forced", "all"),
+             ("one-step PSNR gap", "psnr_gap", "teacher_forced", "all"),
+             ("one-step SSIM", "ssim", "teacher_forced", "all"),
+             ("one-step LPIPS", "lpips", "teacher_forced", "all"),
+             ("open-loop PSNR (frame mean)", "psnr", "open_loop", "all"),
+             ("open-loop PSNR (pooled)", "psnr_pooled", "open_loop", "all"),
+             ("open-loop SSIM", "ssim", "open_loop", "all"),
+             ("open-loop LPIPS", "lpips", "open_loop", "all")]
+    stochastic = [("single-sample MSE", "single_sample_mse", "open_loop", "all"),
+                  ("mean-over-samples MSE", "pixel_mse", "open_loop", "all"),
+                  ("best-of-K MSE (oracle)", "best_of_k_mse", "open_loop", "all"),
+                  ("sample diversity", "sample_diversity", "open_loop", "all"),
+                  ("NLL, nats/step", "nll", "teacher_forced", "all"),
+                  ("event Brier", "event_brier", "open_loop", "all")]
+    distributional = []
+    for view in wp.get("distributional", {}).get("views", {}):
+        distributional += [(f"{view}: FD pooled", "fd", "open_loop", f"{view}:pooled"),
+                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:uniform"),
+                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:empirical"),
+                           (f"{view}: FD bias-corrected", "fd_bias_corrected", "open_loop", f"{view}:pooled"),
+                           (f"{view}: FD-infinity", "fd_infinity", "open_loop", f"{view}:pooled"),
+                           (f"{view}: KID", "kid", "open_loop", f"{view}:pooled"),
+                           (f"{view}: precision", "precision", "open_loop", f"{view}:pooled"),
+                           (f"{view}: recall", "recall", "open_loop", f"{view}:pooled"),
+                           (f"{view}: density", "density", "open_loop", f"{view}:pooled"),
+                           (f"{view}: coverage", "coverage", "open_loop", f"{view}:pooled")]
+    return {"observation": present(iv, observation), "dynamics": present(iv, dynamics), "task": present(iv, task),
+            "image": present(iv, image), "stochastic": present(iv, stochastic),
+            "distributional": present(iv, distributional)}
+
+
+def strata_table(iv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> str:
+    """FD per stratum beside the pooled and stratified values, per view."""
+    out = []
+    for view, vd in wp.get("distributional", {}).get("views", {}).items():
+        cols = [("pooled", "fd", "open_loop", f"{view}:pooled")]
+        cols += [(f"`{s}`", "fd", "open_loop", f"{view}:{s}") for s in vd["strata"]]
+        cols += [("stratified", "fd_stratified", "open_loop", f"{view}:uniform"),
+                 ("stratified", "fd_stratified", "open_loop", f"{view}:empirical")]
+        cols = present(iv, cols)
+        if cols:
+            out += [f"FD in the `{view}` view, pooled and per stratum (d = {vd['dim']}, {vd['n_real']} real rows):", "",
+                    table(iv, models, cols), ""]
+    return "\n".join(out)
+
+
+def kcurve_table(kv: pd.DataFrame, models: list[str]) -> str:
+    if kv is None or kv.empty:
+        return ""
+    ks = sorted(set(kv.k))
+    lines = ["Best-of-K sequence MSE over nested pools (oracle selection; cannot increase with K) ↓:", "",
+             "| model | " + " | ".join(f"K={k}" for k in ks) + " |", "|" + "---|" * (len(ks) + 1)]
+    for m in models:
+        sel = kv[kv.source == m]
+        if sel.empty:
+            continue
+        lines.append(f"| `{m}` | " + " | ".join(cell(sel[sel.k == k].iloc[0]) if (sel.k == k).any() else "–"
+                                              for k in ks) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def reliability_table(iv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> str:
+    rel = iv[(iv.metric == "event_frequency")]
+    if rel.empty:
+        return ""
+    lines = [f"Reliability of the event \"{wp.get('outcome_event')}\" (forecast = share of K samples; "
+             "observed = frequency among the realized futures of the forecasts in the bin):", "",
+             "| model | forecast bin | mean forecast | observed frequency |", "|---|---|---|---|"]
+    for m in models:
+        for cond in sorted(set(rel[rel.source == m].condition)):
+            f = lookup(iv, m, "event_forecast", "open_loop", cond)
+            o = lookup(iv, m, "event_frequency", "open_loop", cond)
+            lines.append(f"| `{m}` | {cond} | {cell(f)} | {cell(o)} |")
+    return "\n".join(lines) + "\n"
 
 
 def probe_rows(iv: pd.DataFrame, wp: dict[str, Any]) -> tuple[str, list[Column]]:
@@ -148,13 +226,19 @@ def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> str:
             continue
         used.append(label)
         for m in models:
-            ranks[m].append(str(1 + sum(b < bad[m] for b in bad.values())) if m in bad else "–")
+            if m not in bad:
+                ranks[m].append("–")
+                continue
+            r = 1 + sum(b < bad[m] for b in bad.values())
+            row = vals[m]
+            lo, hi = getattr(row, "rank_low", np.nan), getattr(row, "rank_high", np.nan)
+            ranks[m].append(f"{r} [{lo:.0f}–{hi:.0f}]" if np.isfinite(lo) and np.isfinite(hi) else str(r))
     if not used:
         return ""
     lines = ["| model | " + " | ".join(used) + " |", "|" + "---|" * (len(used) + 1)]
     for m in models:
         r = ranks[m]
-        numeric = {x for x in r if x != "–"}
+        numeric = {x.split(" ")[0] for x in r if x != "–"}
         flag = " (rank changes)" if len(numeric) > 1 else ""
         lines.append(f"| `{m}`{flag} | " + " | ".join(r) + " |")
     return "\n".join(lines)
@@ -177,7 +261,8 @@ def baseline_table(iv: pd.DataFrame, models: list[str], columns: list[Column], b
     return "\n".join(lines)
 
 
-def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None) -> str:
+def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
+                    kcurves: pd.DataFrame | None = None) -> str:
     boot = protocol["bootstrap"]
     out = ["# wmeval scorecard", "",
            f"Every number is a point estimate with its {boot['confidence_level']:.0%} "
@@ -194,14 +279,16 @@ def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: p
         dyn = wp["dynamics"]
         out += [f"## {world}", ""]
         rank_cols = [c for c in cols["observation"] if c[1] in ("state_rmse", "pixel_mse")] \
+            + [c for c in cols["distributional"] if c[1] == "fd_stratified" and c[3].startswith("transition")] \
             + [c for c in cols["dynamics"] if c[1] != "counterfactual_cosine"] + calibrated \
             + [c for c in cols["task"] if c[1] == "reward_mse"]
         rk = ranking(iv, models, rank_cols)
         if rk:
             out += ["### Cross-layer ranking", "",
-                    "Rank by point estimate in each layer's headline metric (1 = best; ties share a rank; "
-                    "rank intervals are not computed yet). A model that wins every column is rare; the "
-                    "column it loses tells you what to fix.", "", rk, ""]
+                    "Rank by point estimate in each layer's headline metric (1 = best; ties share a rank), "
+                    "with the 95% interval of the model's rank over the paired bootstrap replicates "
+                    "in brackets. A model that wins every column is rare; the column it loses tells you "
+                    "what to fix.", "", rk, ""]
         base = wp.get("baseline")
         if base and rk:
             out += [f"Paired differences to the baseline `{base}` (model minus baseline, same resampled "
@@ -210,6 +297,31 @@ def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: p
         out += ["### Observation layers", "", table(iv, models, cols["observation"]), ""]
         cond_cols = [(f"`{c}`", "pixel_mse", "open_loop", c) for c in sorted(set(wp["plans"].values()))]
         out += ["Open-loop pixel MSE per condition (stratum):", "", table(iv, models, present(iv, cond_cols)), ""]
+        if cols["image"]:
+            out += ["### Paired image metrics", "",
+                    "PSNR in both conventions (mean of per-frame PSNR; PSNR of the pooled MSE) and their gap "
+                    "10 log10(AM/GM) of the frame MSEs; an exact match counts as "
+                    f"{protocol.get('scoring', {}).get('psnr_cap_db', 100):g} dB. SSIM: Gaussian window 11, "
+                    "sigma 1.5, L = 1.", "", table(iv, models, cols["image"]), ""]
+        if cols["stochastic"]:
+            nll = wp.get("nll", {})
+            out += ["### Stochastic futures", "",
+                    "Best-of-K picks, per realized future, the closest of the model's K samples: an oracle "
+                    "diagnostic, not a deployable rule. Diversity is a spread, not coverage (compare with "
+                    f"`ground_truth`). NLL base measure: {nll.get('base_measure', 'n/a')}.", "",
+                    table(iv, ["ground_truth", *models], cols["stochastic"]), "",
+                    kcurve_table(kcurves[kcurves.world == world] if kcurves is not None else None, models),
+                    reliability_table(iv, models, wp)]
+        if cols["distributional"]:
+            dp = wp.get("distributional", {})
+            out += ["### Distributional metrics", "",
+                    "`frame`: predicted frames against realized frames (the published FID construction, blind "
+                    "to which history produced which frame). `transition`: each frame joined with the previous "
+                    "one, the motion an action caused. Stratified FD: within each stratum, then weighted. The "
+                    "FD interval is for the plug-in estimator, which is biased at finite N; the bias-corrected "
+                    "row carries the basic interval and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
+                    "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else ""),
+                    "", table(iv, models, cols["distributional"]), "", strata_table(iv, models, wp)]
         if cols["dynamics"]:
             dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
             out += ["### Dynamics and control layers", "", table(iv, dyn_models, cols["dynamics"] + calibrated), ""]

@@ -1,0 +1,96 @@
+"""Distributional metrics: replicate moments against explicit resampled copies, seed 000's pooling toy,
+serial = parallel, strata and flags."""
+
+import numpy as np
+import pytest
+
+from wmeval.distributional import (KernelBlocks, Moments, Settings, Side, ViewSets, action_strata,
+                                   point_estimates, replicates)
+from wmeval.errors import WmevalError
+from wmeval.metrics import FrechetReference, gaussian_stats, mmd2_unbiased
+
+
+def _side(rng, n_eps, rows_per_ep, d, shift=0.0, strata=("a", "b")):
+    ep = np.repeat(np.arange(n_eps), rows_per_ep)
+    st = np.tile(np.array(strata)[np.arange(rows_per_ep) % len(strata)], n_eps)
+    x = rng.normal(size=(len(ep), d)) + shift
+    return Side(x, ep, st)
+
+
+def _copies(side, c):
+    """The resampled data set written out: each episode's rows repeated c_e times."""
+    idx = np.concatenate([np.flatnonzero(side.episode == e) for e in range(len(c)) for _ in range(c[e])])
+    return side.x[idx]
+
+
+@pytest.mark.parametrize("use_grams", [True, False])
+def test_weighted_moments_equal_the_resampled_copies(use_grams):
+    rng = np.random.default_rng(0)
+    side = _side(rng, 7, 5, 4)
+    c = rng.multinomial(7, np.full(7, 1 / 7))
+    mu, sigma, n = Moments.of(side, 7, use_grams).at(c.astype(float))
+    ref = gaussian_stats(_copies(side, c))
+    np.testing.assert_allclose(mu, ref.mu, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sigma, ref.sigma, rtol=1e-10, atol=1e-12)
+    assert n == ref.n
+
+
+def test_kernel_blocks_equal_mmd_on_the_resampled_copies():
+    rng = np.random.default_rng(1)
+    a, b = _side(rng, 6, 4, 3), _side(rng, 6, 3, 3, shift=0.4)
+    kb = KernelBlocks.of(a, b, 6)
+    assert kb.at(np.ones(6)) == pytest.approx(mmd2_unbiased(a.x, b.x), rel=1e-10)
+    c = np.array([2, 0, 1, 0, 3, 0])
+    assert kb.at(c.astype(float)) == pytest.approx(mmd2_unbiased(_copies(a, c), _copies(b, c)), rel=1e-10)
+
+
+def _toy(rng, n_eps=40, rows=20, d=3):
+    """Seed 000's balanced swap: stratum a has mean +1, b mean -1; `reversed` swaps them."""
+    ref = _side(rng, n_eps, rows, d)
+    ref.x += np.where(ref.stratum == "a", 1.0, -1.0)[:, None]
+    good = _side(rng, n_eps, rows, d)
+    good.x += np.where(good.stratum == "a", 1.0, -1.0)[:, None]
+    rev = _side(rng, n_eps, rows, d)
+    rev.x += np.where(rev.stratum == "a", -1.0, 1.0)[:, None]
+    return ViewSets("frame", ref, {"matched": good, "reversed": rev}, ["a", "b"])
+
+
+def test_pooled_fd_hides_a_balanced_swap_that_stratified_fd_exposes():
+    vs = _toy(np.random.default_rng(2))
+    pts, prdc = point_estimates("toy", {"frame": vs}, Settings(min_stratum_count=10))
+    v = pts.set_index(["source", "metric", "condition"]).value
+    assert v["reversed", "fd", "frame:pooled"] < 0.05                       # same pooled mixture
+    assert v["reversed", "fd_stratified", "frame:uniform"] > 3.0             # (2 * 1)^2 * d / ... per stratum
+    assert v["matched", "fd_stratified", "frame:uniform"] < 0.05
+    # Stratified = uniform average of the per-stratum values.
+    assert v["reversed", "fd_stratified", "frame:uniform"] == pytest.approx(
+        (v["reversed", "fd", "frame:a"] + v["reversed", "fd", "frame:b"]) / 2)
+    assert set(prdc.metric) == {"precision", "recall", "density", "coverage"}
+    # No stratum is below 10 rows or rank deficient here; with a higher minimum every stratum is flagged.
+    assert not pts[pts.metric == "fd"].below_min_count.any()
+    flagged, _ = point_estimates("toy", {"frame": vs}, Settings(min_stratum_count=10_000))
+    row = flagged[(flagged.metric == "fd_stratified") & (flagged.source == "reversed")].iloc[0]
+    assert row.below_min_count and row.flagged_strata == "a,b" and np.isfinite(row.value)   # flagged, kept
+
+
+def test_replicates_serial_equal_parallel_and_match_direct_recomputation():
+    vs = _toy(np.random.default_rng(3), n_eps=12, rows=6)
+    counts = np.random.default_rng(4).multinomial(12, np.full(12, 1 / 12), size=8)
+    serial = replicates({"frame": vs}, counts, Settings(), n_jobs=1)
+    parallel = replicates({"frame": vs}, counts, Settings(), n_jobs=2)
+    for a, b in zip(serial, parallel):
+        assert (a.metric, a.condition) == (b.metric, b.condition)
+        np.testing.assert_array_equal(a.values, b.values)
+    pooled = next(r for r in serial if r.metric == "fd" and r.condition == "frame:pooled")
+    c = counts[5]
+    ref, fake = gaussian_stats(_copies(vs.reference, c)), gaussian_stats(_copies(vs.sources["reversed"], c))
+    direct = FrechetReference(ref.mu, ref.sigma).distance(fake.mu, fake.sigma)
+    assert pooled.values[5, pooled.sources.index("reversed")] == pytest.approx(direct, rel=1e-9)
+
+
+def test_action_strata_bins_and_errors():
+    edges = [-1.0, -0.34, 0.34, 1.0]
+    lab = action_strata(np.array([-1.0, 0.0, 1.0, 0.34]), edges, "x")
+    assert lab.tolist() == ["a in [-1, -0.34)", "a in [-0.34, 0.34)", "a in [0.34, 1]", "a in [0.34, 1]"]
+    with pytest.raises(WmevalError, match="outside the declared bins"):
+        action_strata(np.array([1.5]), edges, "file.parquet")
