@@ -90,7 +90,9 @@ def test_blob_mean_peak_and_mse_order(metrics):
     t = pq.read_table(mean)
     first = t.filter(pc.and_(pc.equal(t.column("t"), 1), pc.equal(t.column("regime").cast("string"), "open_loop")))
     peak = decode_frames(tensor_numpy(first, "frame")).max(axis=(1, 2, 3))
-    assert np.all(np.abs(peak - 0.503) < 0.005)
+    # The peak pixel depends on where the blob centre falls between pixels: the best-centred
+    # episodes reach 0.502 (128/255 in uint8), off-centre ones a little less.
+    assert abs(float(peak.max()) - 0.503) < 0.003 and float(peak.min()) > 0.49
 
 
 def test_pooled_fd_hides_the_reversal_that_action_stratified_fd_exposes(metrics):

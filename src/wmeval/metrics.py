@@ -266,7 +266,16 @@ class FrechetReference:
 
     def trace_sqrt(self, sigma: np.ndarray) -> float:
         """``tr((sqrt(sigma_ref) sigma sqrt(sigma_ref))^(1/2))``."""
-        m = self.root.T @ sigma @ self.root
+        if self.factor == "cholesky" and self.root.shape[0] >= 512:
+            # Triangular products (BLAS trmm): half the flops of two dense products (slower below d ~ 512).
+            from scipy.linalg import blas
+
+            if not hasattr(self, "_root_f"):
+                self._root_f = np.asfortranarray(self.root)
+            a = blas.dtrmm(1.0, self._root_f, np.asfortranarray(sigma), side=1, lower=1)      # sigma @ L
+            m = blas.dtrmm(1.0, self._root_f, a, side=0, lower=1, trans_a=1)                   # L^T @ (.)
+        else:
+            m = self.root.T @ sigma @ self.root
         lam = np.linalg.eigvalsh((m + m.T) / 2)
         return float(np.sum(np.sqrt(np.clip(lam, 0.0, None))))
 
