@@ -1,0 +1,105 @@
+"""Self-contained HTML pages: inline CSS, inline SVG figures, no network requests.
+
+Every page wmeval writes (the scorecard, the sweep report) goes through :func:`page`, so that
+it opens offline, years later, from a file: no scripts, fonts, stylesheets or images are
+fetched; figures are matplotlib SVG inlined into the document (text kept as text).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections.abc import Iterable, Sequence
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;
+ color:#1b1f24;background:#fff;line-height:1.45}
+main{max-width:1280px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:1.6em;margin:.3em 0}h2{font-size:1.3em;margin-top:1.6em;border-bottom:2px solid #d0d7de}
+h3{font-size:1.08em;margin-top:1.3em}
+p.lede{font-size:1.02em;color:#333;max-width:70em}
+.note{color:#57606a;font-size:.9em;max-width:80em}
+table{border-collapse:collapse;margin:.5em 0 1em;font-size:.86em}
+th,td{border:1px solid #d0d7de;padding:3px 7px;vertical-align:top;text-align:left}
+th{background:#f6f8fa;font-weight:600}
+td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
+td.best{background:#dafbe1;font-weight:600}
+td.changed{background:#fff8c5}
+.iv{color:#57606a;font-size:.92em}
+.tag{display:inline-block;border-radius:3px;padding:0 5px;font-size:.8em;background:#eaeef2;color:#24292f}
+.warn{background:#fff1e5;border-left:4px solid #bc4c00;padding:6px 10px;margin:8px 0}
+.scroll{overflow-x:auto}
+figure{margin:8px 0 16px;display:inline-block;vertical-align:top}
+figure svg{max-width:100%;height:auto}
+figcaption{font-size:.85em;color:#57606a;max-width:640px}
+details{margin:4px 0 8px}summary{cursor:pointer;font-weight:600}
+dl.card{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:.85em;margin:4px 0 10px}
+dl.card dt{color:#57606a}dl.card dd{margin:0;word-break:break-all}
+code{font-size:.92em}
+nav a{margin-right:12px}
+"""
+
+
+def esc(value: object) -> str:
+    """HTML-escape any value's ``str``."""
+    return html.escape(str(value), quote=True)
+
+
+def page(title: str, body: str) -> str:
+    """A complete HTML document around ``body`` (already HTML), with the stylesheet inlined.
+
+    The Content-Security-Policy forbids every fetch (``default-src 'none'``), inline styles
+    excepted: a page that tried to load anything would show it as a console error.
+    """
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "img-src data:\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n"
+            "</body>\n</html>\n")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, cell_classes: Iterable[Sequence[str]] | None = None,
+          caption: str | None = None) -> str:
+    """An HTML table; ``header`` and ``rows`` are HTML fragments (escape text with :func:`esc`).
+
+    ``cell_classes``, where given, has one class string per cell of each row.
+    """
+    rows = [list(r) for r in rows]
+    classes = [list(c) for c in cell_classes] if cell_classes is not None else [[""] * len(r) for r in rows]
+    out = ["<div class=\"scroll\"><table>"]
+    if caption:
+        out.append(f"<caption class=\"note\">{caption}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>")
+    for r, cls in zip(rows, classes):
+        out.append("<tr>" + "".join(f"<td class=\"{c}\">{v}</td>" if c else f"<td>{v}</td>"
+                                    for v, c in zip(r, cls)) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def figure_svg(fig, caption: str | None = None) -> str:
+    """A matplotlib figure as an inline ``<figure>`` with SVG (text kept as text); closes the figure."""
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]            # drop the XML prolog and DOCTYPE: invalid inside HTML
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    cap = f"<figcaption>{caption}</figcaption>" if caption else ""
+    return f"<figure>{svg}{cap}</figure>"
+
+
+def new_figure(width: float = 5.2, height: float = 3.2):
+    """A matplotlib figure on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, height))
+    return fig, ax
