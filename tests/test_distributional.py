@@ -94,3 +94,23 @@ def test_action_strata_bins_and_errors():
     assert lab.tolist() == ["a in [-1, -0.34)", "a in [-0.34, 0.34)", "a in [0.34, 1]", "a in [0.34, 1]"]
     with pytest.raises(WmevalError, match="outside the declared bins"):
         action_strata(np.array([1.5]), edges, "file.parquet")
+
+
+def test_sample_space_replicates_match_direct_recomputation_when_rows_are_fewer_than_dims():
+    """d = 40 against 4 rows per episode: the replicate keeps each side as weighted centred rows."""
+    rng = np.random.default_rng(7)
+    ref = _side(rng, 8, 4, 40)
+    fake = _side(rng, 8, 4, 40, shift=0.3)
+    vs = ViewSets("frame", ref, {"m": fake}, ["a", "b"])
+    counts = rng.multinomial(8, np.full(8, 1 / 8), size=4)
+    reps = replicates({"frame": vs}, counts, Settings(), n_jobs=1)
+    assert Moments.of(ref, 8, False).factor(counts[0].astype(float)).rows is not None     # the path under test
+    for rep in (r for r in reps if r.metric == "fd"):
+        stratum = rep.condition.split(":")[1]
+        for b, c in enumerate(counts):
+            r = _copies(ref.subset(None if stratum == "pooled" else stratum), c)
+            f = _copies(fake.subset(None if stratum == "pooled" else stratum), c)
+            a, g = gaussian_stats(r), gaussian_stats(f)
+            direct = FrechetReference(a.mu, a.sigma, rank_deficient=True).distance(g.mu, g.sigma)
+            # Singular covariances: both methods carry sqrt(eps)-size error in the trace term (test_frechet).
+            assert rep.values[b, 0] == pytest.approx(direct, rel=1e-7), (rep.condition, b)

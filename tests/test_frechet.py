@@ -49,3 +49,29 @@ def test_bad_inputs():
         frechet_distance(np.zeros(2), np.eye(3), np.zeros(2), np.eye(2))
     with pytest.raises(ValueError, match="non-finite"):
         gaussian_stats(np.array([[0.0, np.nan], [1.0, 1.0]]))
+
+
+@pytest.mark.parametrize("n_a,n_b,d", [(5, 7, 12), (30, 9, 12), (9, 30, 12), (40, 50, 12), (3, 3, 6)])
+@pytest.mark.parametrize("form", ["rows/rows", "dense/rows", "rows/dense"])
+def test_factored_distance_equals_the_dense_one(n_a, n_b, d, form):
+    """Sample-space (nuclear norm of A B^T), mixed and dense forms against frechet_distance on the moments."""
+    from wmeval.metrics import CovarianceFactor, frechet_distance_factored
+
+    rng = np.random.default_rng(n_a * 100 + n_b)
+    xa, xb = rng.normal(size=(n_a, d)), rng.normal(size=(n_b, d)) * 1.5 + 0.2
+    wa, wb = rng.integers(0, 3, n_a).astype(float), rng.integers(0, 3, n_b).astype(float)
+    wa[:2] = wb[:2] = 1.0
+    a, b = CovarianceFactor.from_rows(xa, wa), CovarianceFactor.from_rows(xb, wb)
+    # The weighted factor is the covariance of the data set with row i repeated w_i times.
+    copies = np.repeat(xa, wa.astype(int), axis=0)
+    np.testing.assert_allclose(a.dense(), np.cov(copies.T), rtol=1e-10, atol=1e-12)
+    if form == "dense/rows":
+        a = CovarianceFactor(a.mu, a.n, sigma=a.dense())
+    if form == "rows/dense":
+        b = CovarianceFactor(b.mu, b.n, sigma=b.dense())
+    # A singular reference (n <= d) needs the eigh square root: Cholesky of it loses digits.
+    want = FrechetReference(a.mu, a.dense(), rank_deficient=a.n <= d).distance(b.mu, b.dense())
+    # A singular covariance's zero eigenvalues come out of any eigensolver as +-eps * scale, and each
+    # adds sqrt(eps * scale) to the trace term: ~1e-8 relative, for either method.
+    singular = min(np.count_nonzero(wa), np.count_nonzero(wb)) <= d
+    assert frechet_distance_factored(a, b) == pytest.approx(want, rel=1e-7 if singular else 1e-10)

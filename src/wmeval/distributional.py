@@ -17,9 +17,13 @@ resamples all strata at once. The stratified FD is
 reference rows); strata below ``min_stratum_count`` rows on either side, or with a
 rank-deficient covariance (n <= d), are flagged, never dropped.
 
-Bootstrap replicates recompute the moments from per-episode sums and cross-products
-weighted by each episode's multiplicity (no copies of rows, no re-reading), then the
-distance, with the reference side's factorisation shared by every model of a replicate.
+Bootstrap replicates recompute the moments of the resampled episodes with each episode's
+multiplicity as its rows' weight (no copies of resampled rows, no re-reading), then the
+distance. With fewer distinct rows than dimensions (Inception's d = 2048 against a few thousand
+rows, of which a replicate keeps about 63%), each side stays as its weighted centred rows and
+the distance is computed in the sample space (``metrics.frechet_distance_factored``); otherwise
+from per-episode sums and cross-products, with the reference's factorisation shared by every
+model of a replicate.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ import pyarrow as pa
 
 from .errors import WmevalError
 from .layers import COLUMNS
-from .metrics import FrechetReference, fd_infinity, gaussian_stats, kid, mmd2_unbiased, prdc_rows
+from .metrics import (CovarianceFactor, FrechetReference, fd_infinity, frechet_distance_factored, gaussian_stats, kid,
+                      mmd2_unbiased, prdc_rows)
 from .tables import tensor_numpy
 
 VIEWS = ("frame", "transition")
@@ -285,8 +290,8 @@ class Moments:
     counts: np.ndarray                 # (N,) rows per episode
     sums: np.ndarray                   # (N, d)
     grams: np.ndarray | None           # (N, d, d)
-    x: np.ndarray | None = None
-    episode: np.ndarray | None = None
+    x: np.ndarray                      # (n, d) the side's rows (not a copy)
+    episode: np.ndarray                # (n,)
 
     @classmethod
     def of(cls, side: Side, n_episodes: int, use_grams: bool) -> "Moments":
@@ -294,13 +299,29 @@ class Moments:
         counts = np.bincount(side.episode, minlength=n_episodes).astype(np.float64)
         sums = np.zeros((n_episodes, d))
         np.add.at(sums, side.episode, side.x)
+        grams = None
         if use_grams:
             grams = np.zeros((n_episodes, d, d))
             for e in np.flatnonzero(counts):
                 xe = side.x[side.episode == e]
                 grams[e] = xe.T @ xe
-            return cls(n_episodes, counts, sums, grams)
-        return cls(n_episodes, counts, sums, None, side.x, side.episode)
+        return cls(n_episodes, counts, sums, grams, side.x, side.episode)
+
+    def factor(self, c: np.ndarray) -> CovarianceFactor:
+        """The resampled set's moments with episode multiplicities ``c``, in the cheaper form.
+
+        Fewer distinct rows than dimensions (``r < d``: high-dimensional features, or a small
+        stratum): the multiplicity-weighted centred rows, so that the distance is computed in the
+        r-dimensional sample space. Otherwise the dense covariance from :meth:`at`.
+        """
+        d = self.x.shape[1]
+        if float(c @ self.counts) < 2:
+            return CovarianceFactor(np.zeros(d), float(c @ self.counts), sigma=np.zeros((d, d)))
+        w = c[self.episode]
+        if np.count_nonzero(w) < d:
+            return CovarianceFactor.from_rows(self.x, w)
+        mu, sigma, n = self.at(c)
+        return CovarianceFactor(mu, n, sigma=sigma)
 
     def at(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """Mean, covariance (ddof = 1) and row count of the resampled set with episode multiplicities ``c``."""
@@ -393,14 +414,17 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
             c = counts[b].astype(np.float64)
             vals = np.full((len(keys), len(sources)), np.nan)
             for i, s in enumerate(keys):
-                mu_r, sig_r, n_r = ref_m[s].at(c)
-                if n_r < 2:
+                ref = ref_m[s].factor(c)
+                if ref.n < 2:
                     continue
-                ref = FrechetReference(mu_r, sig_r, rank_deficient=n_r <= d)
+                shared = None            # the reference's factorisation, when both sides are dense
                 for j, src in enumerate(sources):
-                    mu, sig, n_f = src_m[src, s].at(c)
-                    if n_f >= 2:
-                        vals[i, j] = ref.distance(mu, sig)
+                    f = src_m[src, s].factor(c)
+                    if f.n < 2:
+                        continue
+                    if ref.rows is None and f.rows is None and shared is None:
+                        shared = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.n <= d)
+                    vals[i, j] = frechet_distance_factored(ref, f, shared)
             return vals
 
         B = counts.shape[0]
