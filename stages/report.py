@@ -1,22 +1,46 @@
-"""Stage report: the Markdown scorecard -> reports/scorecard.md."""
+"""Stage report: the scorecard (Markdown and self-contained HTML), plot data, protocol cards, provenance.
+
+Writes reports/scorecard.md, reports/scorecard.html, reports/plots/ (data for `dvc plots`),
+reports/protocols.json (protocol strings; the numbers are in reports/metrics.json),
+reports/intervals.csv (every interval with its method, B, level, resampling unit and strata)
+and reports/provenance.json.
+"""
 
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from wmeval.report import render_markdown
+from wmeval.provenance import run_record
+from wmeval.report import interval_table, plot_data, protocol_cards, render_html, render_markdown
 from wmeval.stage import main
-from wmeval.tables import atomic_write_text
+from wmeval.tables import atomic_dir, atomic_write_text
+
+BOOT, STATS, OUT = Path("data/bootstrap"), Path("data/stats"), Path("reports")
 
 
 def run() -> None:
-    intervals = pd.read_parquet("data/bootstrap/intervals.parquet")
-    protocol = json.loads(Path("data/bootstrap/protocol.json").read_text())
-    curves = pd.read_parquet("data/bootstrap/curves.parquet")
-    kpath = Path("data/bootstrap/kcurves.parquet")
+    intervals = pd.read_parquet(BOOT / "intervals.parquet")
+    protocol = json.loads((BOOT / "protocol.json").read_text())
+    curves = pd.read_parquet(BOOT / "curves.parquet")
+    kpath = BOOT / "kcurves.parquet"
     kcurves = pd.read_parquet(kpath) if kpath.exists() else None
-    atomic_write_text("reports/scorecard.md", render_markdown(intervals, protocol, curves, kcurves))
+    points = pd.read_parquet(STATS / "distributional.parquet")
+    provenance = run_record(Path("."))
+    args = (intervals, protocol, curves, kcurves, points, provenance)
+    md, page = render_markdown(*args), render_html(*args)
+    # Everything is rendered before anything is written; each file is replaced atomically.
+    with atomic_dir(OUT / "plots") as tmp:
+        for rel, table in plot_data(curves, kcurves, intervals).items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            table.to_csv(tmp / rel, index=False, float_format="%.10g")
+    atomic_write_text(OUT / "intervals.csv", interval_table(intervals, protocol).to_csv(index=False, float_format="%.10g"))
+    atomic_write_text(OUT / "protocols.json", json.dumps({"bootstrap": protocol["bootstrap"], "encoder":
+                                                           protocol["encoder"], "cards": protocol_cards(intervals, protocol)},
+                                                          indent=2, sort_keys=True) + "\n")
+    atomic_write_text(OUT / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(OUT / "scorecard.md", md)
+    atomic_write_text(OUT / "scorecard.html", page)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ def make_project(dest: Path, overrides: list[str]) -> Path:
     (dest / ".dvc").mkdir()
     shutil.copy2(ROOT / ".dvc" / "config", dest / ".dvc" / "config")
     shutil.copy2(ROOT / ".dvc" / ".gitignore", dest / ".dvc" / ".gitignore")
+    shutil.copytree(ROOT / ".dvc" / "plots", dest / ".dvc" / "plots")
     (dest / "params.yaml").write_text(compose_text(overrides, dest))
     git = ["git", "-c", "user.name=wmeval-test", "-c", "user.email=test@wmeval.invalid"]
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=dest, check=True)

@@ -98,3 +98,61 @@ def test_adding_a_model_embeds_only_its_rows(project):
     new = counts.pop("pendulum/refit.parquet")
     assert new[2] > 0 and new[0] == new[1] + new[2]
     assert all(e == 0 for _, _, e in counts.values()), counts
+
+
+def test_report_outputs_protocol_cards_and_dvc_plots(project):
+    """Every interval has a protocol card; numbers-only metrics; `dvc plots show` and `dvc metrics show` work."""
+    import csv
+
+    rows = list(csv.DictReader((project / "reports" / "intervals.csv").open()))
+    cards = json.loads((project / "reports" / "protocols.json").read_text())["cards"]
+    assert rows and all(r["metric"] in cards[r["world"]] and r["regime"] in cards[r["world"]][r["metric"]]
+                        for r in rows)
+    fd = cards["blobs"]["fd"]["open_loop"]
+    assert "NOT comparable" in fd["comparability"] and "B = " in fd["interval"] and "strata" in fd["views and strata"]
+    assert {r["method"] for r in rows} >= {"percentile", "basic"}
+    prov = json.loads((project / "reports" / "provenance.json").read_text())
+    assert prov["git"]["commit"] and set(prov["dvc_lock"]) >= {"rollouts", "features", "statistics", "bootstrap"}
+
+    def numbers_only(x):
+        if isinstance(x, dict):
+            return all(numbers_only(v) for v in x.values())
+        return x is None or isinstance(x, (int, float))
+
+    assert numbers_only(json.loads((project / "reports" / "metrics.json").read_text()))
+    shown = json.loads(run([str(BIN / "dvc"), "plots", "show", "--json"], project).stdout)
+    data = shown["data"]
+    names = " ".join(data)
+    assert "reports/plots/curves" in names and "reports/plots/kcurves" in names, names[:500]
+    # The confidence-band template (.dvc/plots/confidence.json): an area from low to high under the line.
+    spec = json.dumps(next(v for k, v in data.items() if "kcurves" in k)[0]["content"])
+    assert '"y2": {"field": "high"}' in spec and '"type": "area"' in spec
+    assert run([str(BIN / "dvc"), "metrics", "show", "--json"], project).returncode == 0
+
+
+def test_scorecard_html_renders_offline_in_chromium(project, tmp_path):
+    """The page opens from a file URL with networking off: no console error, no request, every figure and table."""
+    import re
+
+    import browser
+
+    why = browser.available()
+    if why and os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser test: {why}")
+    if why:
+        pytest.skip(why)
+    html = project / "reports" / "scorecard.html"
+    artifacts = Path(os.environ.get("WMEVAL_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "build" / "test-artifacts"))
+    out = browser.inspect(html, artifacts)
+    assert out["console_errors"] == [] and out["non_local_requests"] == [] and out["failed_loads"] == [], out
+    assert out["svgs"] >= 10 and out["empty_svgs"] == 0, out
+    assert out["tables"] >= 20 and out["empty_tables"] == 0 and out["broken_imgs"] == 0, out
+    # The first screen answers "which model is best at what, and how sure".
+    first = out["first_screen_text"]
+    assert "At a glance" in first and "which model is best at what" in first and "separated" in first
+    # Every metric cell carries its interval (or says why there is no number).
+    page = html.read_text()
+    cells = re.findall(r'<td class="num[^"]*">(.*?)</td>', page)
+    assert cells and all('class="iv"' in c or c in ("n/a", "undefined") or c.startswith("∞") for c in cells), \
+        [c for c in cells if 'class="iv"' not in c][:5]
+    assert (artifacts / "scorecard_first_screen.png").exists()

@@ -94,12 +94,14 @@ def figure_svg(fig, caption: str | None = None) -> str:
     return f"<figure>{svg}{cap}</figure>"
 
 
-def new_figure(width: float = 5.2, height: float = 3.2):
-    """A matplotlib figure on the non-interactive Agg backend (no display needed)."""
+def new_figure(width: float = 5.2, height: float = 3.2, ncols: int = 1):
+    """A matplotlib figure on the non-interactive Agg backend (no display needed): ``(fig, axes)``.
+
+    ``axes`` is one Axes for ``ncols = 1``, else an array of ``ncols``.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(width, height))
-    return fig, ax
+    return plt.subplots(1, ncols, figsize=(width, height), squeeze=True)

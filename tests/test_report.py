@@ -1,0 +1,127 @@
+"""The scorecard's document model and renderers, the self-contained page, plot data, and the browser harness."""
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import browser
+from wmeval import figures
+from wmeval.htmlpage import figure_svg, new_figure, page
+from wmeval.report import (Doc, Table, glance, interval_table, plot_data, separated_best, table, to_html,
+                           to_markdown)
+
+COLS = [("one-step pixel MSE", "pixel_mse", "teacher_forced", "all")]
+
+
+def _rows(points, ranks, metric="pixel_mse", regime="teacher_forced", condition="all", world="w"):
+    """Interval rows for models a, b, c: ``ranks`` are (rank, low, high) per model."""
+    out = []
+    for (m, p), (r, lo, hi) in zip(points.items(), ranks):
+        out.append({"world": world, "source": m, "metric": metric, "regime": regime, "condition": condition,
+                    "unit": "observation", "point": p, "low": p * 0.9, "high": p * 1.1, "rank": r, "rank_low": lo,
+                    "rank_high": hi, "n_clusters": 8, "n_resamples": 100, "confidence_level": 0.95,
+                    "method": "percentile", "resampling_unit": "observation episode", "undefined_replicates": 0.0,
+                    "baseline": "a", "diff_point": p - 1, "diff_low": p - 1.1, "diff_high": p - 0.9,
+                    "p_better": 0.5})
+    return pd.DataFrame(out)
+
+
+def test_best_is_marked_only_when_the_rank_interval_is_one_one():
+    sep = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 3), (3, 2, 3)])
+    assert separated_best(sep, ["a", "b", "c"], "pixel_mse", "teacher_forced", "all") == "a"
+    t = table(sep, ["a", "b", "c"], COLS)
+    assert t.classes[0][1].split() == ["num", "best"] and "best" not in t.classes[1][1]
+    assert "**1 [0.9, 1.1]**" in to_markdown(_doc(t))
+    overlap = _rows({"a": 1.0, "b": 1.05, "c": 3.0}, [(1, 1, 2), (2, 1, 2), (3, 3, 3)])
+    assert separated_best(overlap, ["a", "b", "c"], "pixel_mse", "teacher_forced", "all") is None
+    assert not any("best" in c for row in table(overlap, ["a", "b", "c"], COLS).classes for c in row)
+
+
+def test_glance_says_how_sure():
+    sep = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 3), (3, 2, 3)])
+    row = glance(sep, ["a", "b", "c"], COLS, "w").rows[0]
+    assert row[2] == "`a`" and row[3] == "1 [0.9, 1.1]" and row[4].startswith("**separated**")
+    overlap = _rows({"a": 1.0, "b": 1.05, "c": 3.0}, [(1, 1, 2), (2, 1, 2), (3, 3, 3)])
+    row = glance(overlap, ["a", "b", "c"], COLS, "w").rows[0]
+    assert row[4].startswith("not separated") and "`b`" in row[4]
+    # Direction: higher is better for SSIM, so the largest value is best.
+    ssim = _rows({"a": 0.5, "b": 0.9, "c": 0.7}, [(3, 3, 3), (1, 1, 1), (2, 2, 2)], metric="ssim")
+    assert glance(ssim, ["a", "b", "c"], [("SSIM", "ssim", "teacher_forced", "all")], "w").rows[0][2] == "`b`"
+
+
+def _doc(t: Table) -> Doc:
+    d = Doc()
+    d.h(2, "A <world>")
+    d.p("text with `code` and **bold** & <script>alert(1)</script>")
+    d.table(t)
+    d.figure("<figure>svg</figure>")
+    d.md("md only")
+    return d
+
+
+def test_markdown_and_html_render_the_same_document_and_escape_names():
+    t = Table(["model", "x ↓"], [["`<b>`", "1 [0.5, 2]"]], [["", "num"]])
+    md, html = to_markdown(_doc(t)), to_html(_doc(t), "t")
+    assert "## A <world>" in md and "| `<b>` | 1 [0.5, 2] |" in md and "md only" in md and "<figure>" not in md
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<code>&lt;b&gt;</code>" in html
+    assert '<span class="iv">[0.5, 2]</span>' in html and "<strong>bold</strong>" in html
+    assert "<figure>svg</figure>" in html and "md only" not in html
+
+
+def test_page_is_self_contained():
+    fig, ax = new_figure()
+    ax.plot([1, 2], [3, 4])
+    html = page("t", figure_svg(fig, "cap"))
+    assert "default-src 'none'" in html
+    # No attribute may point outside the document (namespace declarations are not fetched).
+    refs = re.findall(r'(?:src|href|xlink:href)="([^"#][^"]*)"', html)
+    assert refs == [], refs
+    assert "<?xml" not in html and "<!DOCTYPE svg" not in html and "<svg" in html
+
+
+def test_figures_draw_curves_with_bands_and_skip_missing_data():
+    cv = pd.concat([_rows({"a": 1.0 + t, "b": 2.0 + t, "c": 3.0}, [(1, 1, 1)] * 3).assign(t=t) for t in (1, 2, 3)])
+    svg = figures.curves(cv, "pixel_mse", "all", ["a", "b", "c"], "title", "caption")
+    assert svg.count("<svg") == 1 and "caption" in svg
+    assert figures.curves(cv, "ssim", "all", ["a"], "t", "c") == ""          # no rows: no figure
+    assert figures.reliability(cv, ["a"], "e") == ""
+
+
+def test_plot_data_and_interval_table_columns():
+    cv = pd.concat([_rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1)] * 3).assign(t=t) for t in (1, 2)])
+    kv = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1)] * 3).assign(k=1)
+    iv = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 2), (3, 3, 3)])
+    files = plot_data(cv, kv, iv)
+    curve = files["curves/w-pixel-mse-teacher-forced-all.csv"]
+    assert list(curve.columns) == ["model", "t", "point", "low", "high"] and len(curve) == 6
+    assert (curve.low <= curve.point).all() and (curve.point <= curve.high).all()
+    assert list(files["kcurves/w-all.csv"].columns) == ["model", "k", "point", "low", "high"]
+    out = interval_table(iv, {"bootstrap": {"strata": "crossed with episodes"}})
+    for col in ("method", "n_resamples", "confidence_level", "resampling_unit", "strata", "low", "high"):
+        assert col in out, col
+    assert len(out) == len(iv)
+
+
+def _require_browser():
+    why = browser.available()
+    if why and os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser test: {why}")
+    if why:
+        pytest.skip(why)
+
+
+def test_browser_harness_reports_requests_and_console_errors(tmp_path):
+    """The harness itself: a page that fetches from the network and logs an error is caught."""
+    _require_browser()
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><table><tbody><tr><td>1</td></tr></tbody></table>'
+                   '<img src="http://example.invalid/x.png"><script>console.error("boom")</script></body></html>')
+    out = browser.inspect(bad, tmp_path / "shots")
+    assert any("example.invalid" in u for u in out["non_local_requests"]), out["requests"]
+    assert any("boom" in e["message"] for e in out["console_errors"]), out["console_errors"]
+    assert out["broken_imgs"] == 1 and out["tables"] == 1 and out["empty_tables"] == 0
+    assert (tmp_path / "shots" / "scorecard_first_screen.png").stat().st_size > 1000
