@@ -32,7 +32,8 @@ def tiny_params():
     return validate_params(raw, "tiny")
 
 
-PROJECT_FILES = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md"]
+PROJECT_FILES = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
+                 "benchmarks/results/coverage.json"]
 
 
 def make_project(dest: Path, overrides: list[str]) -> Path:
@@ -43,6 +44,7 @@ def make_project(dest: Path, overrides: list[str]) -> Path:
         if src.is_dir():
             shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     (dest / ".dvc").mkdir()
     shutil.copy2(ROOT / ".dvc" / "config", dest / ".dvc" / "config")

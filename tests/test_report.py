@@ -125,3 +125,16 @@ def test_browser_harness_reports_requests_and_console_errors(tmp_path):
     assert any("boom" in e["message"] for e in out["console_errors"]), out["console_errors"]
     assert out["broken_imgs"] == 1 and out["tables"] == 1 and out["empty_tables"] == 0
     assert (tmp_path / "shots" / "scorecard_first_screen.png").stat().st_size > 1000
+
+
+def test_scorecard_cites_the_coverage_benchmark(root):
+    """The intro sentence is built from benchmarks/results/coverage.json's numbers."""
+    import json
+
+    from wmeval.report import coverage_note
+
+    cov = json.loads((root / "benchmarks" / "results" / "coverage.json").read_text())
+    text = coverage_note(cov)
+    assert f"{cov['cluster']['coverage']:.1%}" in text and f"{cov['iid_frames']['coverage']:.1%}" in text
+    assert f"{cov['frechet']['basic_coverage']:.1%}" in text and "benchmarks/coverage.py" in text
+    assert coverage_note(None) == ""

@@ -25,7 +25,9 @@ th,td{border:1px solid #d0d7de;padding:3px 7px;vertical-align:top;text-align:lef
 th{background:#f6f8fa;font-weight:600}
 td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
 td.best{background:#dafbe1;font-weight:600}
-td.changed{background:#fff8c5}
+td.rk1{background:#dafbe1}td.rklast{background:#ffebe9}
+td.changed{box-shadow:inset 0 0 0 2px #d4a72c}
+td:first-child{white-space:nowrap}
 .iv{color:#57606a;font-size:.92em}
 .tag{display:inline-block;border-radius:3px;padding:0 5px;font-size:.8em;background:#eaeef2;color:#24292f}
 .warn{background:#fff1e5;border-left:4px solid #bc4c00;padding:6px 10px;margin:8px 0}

@@ -561,9 +561,28 @@ def _headline_columns(cols: dict[str, list[Column]], calibrated: list[Column]) -
         + [c for c in cols["task"] if c[1] == "reward_mse"]
 
 
+def coverage_note(cov: dict[str, Any] | None) -> str:
+    """One sentence citing the interval-coverage benchmark (``benchmarks/results/coverage.json``)."""
+    if not cov:
+        return ""
+    c, i, f = cov["cluster"], cov["iid_frames"], cov.get("frechet")
+    text = (f"Interval validation (`python benchmarks/coverage.py`: {cov['datasets']} synthetic data sets of "
+            f"{cov['episodes']} episodes x {cov['frames_per_episode']} frames, intra-episode correlation "
+            f"rho = {cov['rho']}): nominal-{cov['confidence_level']:.0%} episode-clustered intervals covered the "
+            f"true mean {c['coverage']:.1%} of the time (SE {c['coverage_se']:.1%}); frame-level iid intervals "
+            f"{i['coverage']:.1%}.")
+    if f:
+        text += (f" For the Frechet distance on Gaussian features (d = {f['dim']}, closed-form truth), the "
+                 f"plug-in percentile interval covered {f['percentile_coverage']:.1%} (the plug-in bias is "
+                 f"+{f['plugin_bias']:.2f} on a true {f['true_fd']:.2f}) and the basic interval of the "
+                 f"bias-corrected FD {f['basic_coverage']:.1%}.")
+    return text
+
+
 def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
           kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-          provenance: dict[str, Any] | None = None, with_figures: bool = False) -> Doc:
+          provenance: dict[str, Any] | None = None, with_figures: bool = False,
+          coverage: dict[str, Any] | None = None) -> Doc:
     """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only)."""
     boot, enc = protocol["bootstrap"], protocol["encoder"]
     cards = protocol_cards(intervals, protocol)
@@ -579,6 +598,7 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
           "scored by the same code: a reference, not a competitor."
           + (f" Code: commit `{str(commit.get('commit'))[:12]}`{' (dirty)' if commit.get('dirty') else ''}."
              if commit.get("commit") else ""))
+    doc.p(coverage_note(coverage))
     doc.html("<nav>" + "".join(f'<a href="#{slug(w)}">{esc(w)}</a>' for w in protocol["worlds"])
              + '<a href="#metrics">metrics</a><a href="#protocol-cards">protocol cards</a>'
                '<a href="#provenance">provenance</a></nav>')
@@ -641,7 +661,7 @@ def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str
         doc.h(3, "Cross-layer ranking")
         doc.p("Rank by point estimate in each layer's headline metric (1 = best; ties share a rank), with the 95% "
               "interval of the model's rank over the paired bootstrap replicates in brackets. In the HTML, rank 1 "
-              "is green, the last rank red, and a yellow cell marks a rank that differs from the model's rank in "
+              "is green, the last rank red, and a gold frame marks a rank that differs from the model's rank in "
               "the column before it. A model that wins every column is rare; the column it loses tells you what "
               "to fix.")
         doc.table(rk)
@@ -792,15 +812,15 @@ def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
 
 def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
                     kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-                    provenance: dict[str, Any] | None = None) -> str:
-    return to_markdown(build(intervals, protocol, curves, kcurves, points, provenance))
+                    provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None) -> str:
+    return to_markdown(build(intervals, protocol, curves, kcurves, points, provenance, coverage=coverage))
 
 
 def render_html(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
                 kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-                provenance: dict[str, Any] | None = None) -> str:
-    return to_html(build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True),
-                   "wmeval scorecard")
+                provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None) -> str:
+    return to_html(build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True,
+                         coverage=coverage), "wmeval scorecard")
 
 
 INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",
