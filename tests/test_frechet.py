@@ -51,7 +51,7 @@ def test_bad_inputs():
         gaussian_stats(np.array([[0.0, np.nan], [1.0, 1.0]]))
 
 
-@pytest.mark.parametrize("n_a,n_b,d", [(5, 7, 12), (30, 9, 12), (9, 30, 12), (40, 50, 12), (3, 3, 6)])
+@pytest.mark.parametrize("n_a,n_b,d", [(5, 7, 12), (30, 9, 12), (9, 30, 12), (40, 50, 12), (3, 3, 6), (80, 90, 12)])
 @pytest.mark.parametrize("form", ["rows/rows", "dense/rows", "rows/dense"])
 def test_factored_distance_equals_the_dense_one(n_a, n_b, d, form):
     """Sample-space (nuclear norm of A B^T), mixed and dense forms against frechet_distance on the moments."""

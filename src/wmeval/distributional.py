@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from .errors import WmevalError
 from .layers import COLUMNS
-from .metrics import (CovarianceFactor, FrechetReference, fd_infinity, frechet_distance_factored, gaussian_stats, kid,
+from .metrics import (SAMPLE_SPACE_MAX, CovarianceFactor, FrechetReference, fd_infinity, frechet_distance_factored, gaussian_stats, kid,
                       mmd2_unbiased, prdc_rows)
 from .tables import tensor_numpy
 
@@ -310,15 +310,15 @@ class Moments:
     def factor(self, c: np.ndarray) -> CovarianceFactor:
         """The resampled set's moments with episode multiplicities ``c``, in the cheaper form.
 
-        Fewer distinct rows than dimensions (``r < d``: high-dimensional features, or a small
-        stratum): the multiplicity-weighted centred rows, so that the distance is computed in the
-        r-dimensional sample space. Otherwise the dense covariance from :meth:`at`.
+        Few distinct rows for the dimension (``r <= SAMPLE_SPACE_MAX * d``: high-dimensional
+        features, or a small stratum): the multiplicity-weighted centred rows, so that the distance
+        is computed in the r-dimensional sample space. Otherwise the dense covariance from :meth:`at`.
         """
         d = self.x.shape[1]
         if float(c @ self.counts) < 2:
             return CovarianceFactor(np.zeros(d), float(c @ self.counts), sigma=np.zeros((d, d)))
         w = c[self.episode]
-        if np.count_nonzero(w) < d:
+        if np.count_nonzero(w) <= SAMPLE_SPACE_MAX * d:
             return CovarianceFactor.from_rows(self.x, w)
         mu, sigma, n = self.at(c)
         return CovarianceFactor(mu, n, sigma=sigma)

@@ -334,6 +334,12 @@ class CovarianceFactor:
         return self.sigma if self.sigma is not None else self.rows.T @ self.rows
 
 
+# The sample-space form pays 2 r_a r_b d (A B^T) + r^3 (its Gram) + an r-square eigensolve; the dense form
+# 4 r d^2 to form both covariances + Cholesky, two triangular products and a d-square eigensolve. The
+# eigensolves dominate on CPUs, so the sample space stays cheaper a little past r = d.
+SAMPLE_SPACE_MAX = 1.2
+
+
 def _sum_sqrt_eig(g: np.ndarray) -> float:
     lam = np.linalg.eigvalsh((g + g.T) / 2)
     return float(np.sum(np.sqrt(np.clip(lam, 0.0, None))))
@@ -345,9 +351,10 @@ def frechet_distance_factored(a: CovarianceFactor, b: CovarianceFactor,
 
     With rows ``A`` ``(r_a, d)`` and ``B`` ``(r_b, d)``, ``tr((sqrt(S_a) S_b sqrt(S_a))^(1/2))`` is the
     nuclear norm of ``A B^T``: the square roots of the eigenvalues of the ``min(r_a, r_b)``-square
-    Gram ``(A B^T)(A B^T)^T``, which are the non-zero eigenvalues of ``S_a S_b``. With one side
-    dense, ``B S_a B^T`` has them too. Both dense (or both ``r >= d``) falls back to
-    :class:`FrechetReference` (``reference``, when given, must be ``a``'s, and is reused).
+    Gram ``(A B^T)(A B^T)^T``, which are the non-zero eigenvalues of ``S_a S_b`` (used while
+    ``min(r_a, r_b) <= SAMPLE_SPACE_MAX * d``). With one side dense and the other ``r < d`` rows,
+    ``B S_a B^T`` has them too. Otherwise :class:`FrechetReference` (``reference``, when given,
+    must be ``a``'s, and is reused).
 
     >>> x = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [3.0, 1.0, 0.0]])
     >>> a, b = CovarianceFactor.from_rows(x[:2]), CovarianceFactor.from_rows(x)
@@ -361,7 +368,7 @@ def frechet_distance_factored(a: CovarianceFactor, b: CovarianceFactor,
     diff = a.mu - b.mu
     ra = len(a.rows) if a.rows is not None else None
     rb = len(b.rows) if b.rows is not None else None
-    if ra is not None and rb is not None and min(ra, rb) < d:
+    if ra is not None and rb is not None and min(ra, rb) <= SAMPLE_SPACE_MAX * d:
         m = a.rows @ b.rows.T
         cross = _sum_sqrt_eig(m @ m.T if ra <= rb else m.T @ m)      # numpy runs X @ X.T as syrk
     elif rb is not None and rb < d:
