@@ -97,14 +97,22 @@ def test_action_strata_bins_and_errors():
 
 
 def test_sample_space_replicates_match_direct_recomputation_when_rows_are_fewer_than_dims():
-    """d = 40 against 4 rows per episode: the replicate keeps each side as weighted centred rows."""
+    """d = 40 against 32 rows a side: replicates run on row Grams (and Moments keep weighted centred rows)."""
+    from wmeval.distributional import _sample_grams
+    from wmeval.metrics import frechet_distance_factored
+
     rng = np.random.default_rng(7)
     ref = _side(rng, 8, 4, 40)
     fake = _side(rng, 8, 4, 40, shift=0.3)
     vs = ViewSets("frame", ref, {"m": fake}, ["a", "b"])
     counts = rng.multinomial(8, np.full(8, 1 / 8), size=4)
     reps = replicates({"frame": vs}, counts, Settings(), n_jobs=1)
-    assert Moments.of(ref, 8, False).factor(counts[0].astype(float)).rows is not None     # the path under test
+    assert _sample_grams(ref, {"m": fake}, 40) is not None                                 # the path under test
+    c0 = counts[0].astype(float)
+    a, b = Moments.of(ref, 8, False).factor(c0), Moments.of(fake, 8, False).factor(c0)
+    assert a.rows is not None and b.rows is not None
+    pooled = next(r for r in reps if r.condition == "frame:pooled")
+    assert frechet_distance_factored(a, b) == pytest.approx(pooled.values[0, 0], rel=1e-7)
     for rep in (r for r in reps if r.metric == "fd"):
         stratum = rep.condition.split(":")[1]
         for b, c in enumerate(counts):

@@ -219,6 +219,7 @@ def fd_vs_inverse_n(points_df: pd.DataFrame, iv: pd.DataFrame, view: str, models
         if len(b) and np.isfinite(b.low.iloc[0]):
             ax.errorbar(0.0, r.value, yerr=[[max(r.value - b.low.iloc[0], 0)], [max(b.high.iloc[0] - r.value, 0)]],
                         fmt="s", ms=4, capsize=3, color=colors[r.source])
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.set_xlabel("1 / N (rows)")
     ax.set_ylabel("FD ↓")
     ax.grid(alpha=0.3)
