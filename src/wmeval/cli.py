@@ -82,6 +82,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .config import find_root
+    from .sweep import sweep_report
+
+    root = Path(args.root).resolve() if args.root else find_root()
+    out = Path(args.out) if args.out else root / "reports" / "sweep"
+    written = sweep_report(root, out, all_commits=args.all_commits)
+    for f in written:
+        print(f"wrote {f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -108,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the lineage as JSON")
     a.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
     a.set_defaults(func=_cmd_audit)
+    sw = sub.add_parser("sweep", help="collect the DVC experiments (`dvc exp show`) into a tidy table and a "
+                                      "sweep report")
+    sw.add_argument("--out", help="output directory (default: reports/sweep)")
+    sw.add_argument("--all-commits", action="store_true", help="experiments of every commit, not only HEAD's")
+    sw.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
+    sw.set_defaults(func=_cmd_sweep)
     return p
 
 
