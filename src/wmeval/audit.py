@@ -238,7 +238,7 @@ def find_metric(metrics: dict[str, Any], spec: str, condition: str | None = None
         chosen = dict(conds)
     else:
         chosen = {k: v for k, v in conds.items()
-                  if k == condition or k.split("/", 1)[0] == condition or k.split("/", 1)[1] == condition}
+                  if condition in (k, k.partition("/")[0], k.partition("/")[2])}
     if not chosen:
         raise WmevalError(f"{where}: {world}/{source}/{metric} has no condition {condition!r}; "
                           f"{_close(condition or '', list(conds))}")
@@ -249,10 +249,7 @@ def find_metric(metrics: dict[str, Any], spec: str, condition: str | None = None
 
 def _stage_record(lock: dict[str, Any], name: str) -> dict[str, Any]:
     st = lock["stages"][name]
-    params = {}
-    for file, values in (st.get("params") or {}).items():
-        params[file] = values
-    return {"stage": name, "cmd": st.get("cmd"), "params": params,
+    return {"stage": name, "cmd": st.get("cmd"), "params": dict(st.get("params") or {}),
             "deps": [{"path": d["path"], "md5": d.get("md5")} for d in st.get("deps", [])],
             "outs": [{"path": o["path"], "md5": o.get("md5")} for o in st.get("outs", [])]}
 
@@ -356,7 +353,7 @@ def lineage(root: Path, spec: str, condition: str | None = None, check: bool = T
     conditions = []
     units: set[str] = set()
     for key, values in sorted(chosen.items()):
-        regime, cond = key.split("/", 1)
+        regime, _, cond = key.partition("/")
         row = next((r for r in rows if r["regime"] == regime and r["condition"] == cond), None)
         entry: dict[str, Any] = {"key": key, "regime": regime, "condition": cond, "values": values}
         if row is not None:
