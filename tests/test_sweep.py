@@ -118,6 +118,14 @@ def test_report_sections_say_when_there_is_no_data(tmp_path):
     assert "<svg" in (tmp_path / "out" / "sweep.html").read_text()
 
 
+def test_mixed_type_param_column_is_written(tmp_path):
+    runs = _grid()[:2]
+    runs[0][1]["encoder"]["device"], runs[1][1]["encoder"]["device"] = "cpu", 0
+    files = sweep_report(tmp_path, tmp_path / "out", show=_show(runs))
+    back = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    assert set(back["encoder.device"]) == {"cpu", "0"} and files
+
+
 def test_no_experiments_is_a_clear_error():
     show = _show(_grid()[:1])
     show[1]["experiments"] = [{"name": "queued-one", "executor": {"state": "queued"}, "revs": [

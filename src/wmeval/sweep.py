@@ -151,6 +151,11 @@ def collect(show: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[str], list[d
                         rows.append({**base, "world": world, "source": source, "metric": metric,
                                      "condition": cond, **{c: v.get(c) for c in VALUE_COLUMNS}})
     df = pd.DataFrame(rows)
+    for c in pcols:
+        # A param that is a number in one run and a string in another: strings (Parquet needs one type).
+        kinds = {type(v) for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        if len(kinds) > 1 and not kinds <= {int, float, bool}:
+            df[c] = df[c].map(lambda v: None if v is None else str(v))
     for c in VALUE_COLUMNS:
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     return df, pcols, skipped
@@ -391,7 +396,7 @@ class _Doc:
         from .htmlpage import esc
 
         self.html.append(f"<p class=\"{cls}\">{esc(text)}</p>")
-        self.md.append(f"{'> **No data:** ' if cls == 'warn' else ''}{text}\n")
+        self.md.append(f"{'> ' if cls == 'warn' else ''}{text}\n")
 
     def table(self, header: list[str], rows: list[list[str]], caption: str | None = None) -> None:
         from .htmlpage import esc, table
