@@ -116,3 +116,15 @@ def test_bad_lock_raises(tmp_path):
     (tmp_path / "dvc.lock").write_text("stages: [1, 2\n")
     with pytest.raises(WmevalError, match="dvc.lock"):
         run_record(tmp_path)
+
+
+def test_gpu_name_when_cuda_is_available(monkeypatch):
+    import torch
+
+    from wmeval.provenance import hardware
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU 80GB")
+    assert hardware()["gpu"] == "Fake GPU 80GB"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert hardware()["gpu"] is None

@@ -15,8 +15,10 @@ the input (a frame or a clip) with its dtype and shape. Each shard holds
   workers sharing the cache never see a half-written file.
 * A shard is named by its own sha256: a truncated or corrupted file fails that
   check on read, is logged, moved to ``corrupt/`` and its rows are recomputed.
-* Counters (hits, embedded rows, corrupt shards) are logged and appended to
-  ``<root>/stats.jsonl``.
+* Counters (rows looked up, hits, embedded rows, corrupt shards) are logged, appended per
+  file to ``<root>/stats.jsonl`` (with the workspace and DVC experiment name) and summed per
+  encoder key in ``<root>/<key>/counters.json`` (updated under the key's lock), so that a
+  sweep's sharing of the cache can be checked after the fact (:func:`read_counters`).
 """
 
 from __future__ import annotations
@@ -211,9 +213,68 @@ class FeatureCache:
         return out
 
     def record(self, **context: Any) -> None:
+        """Append this cache object's counters to ``<root>/stats.jsonl`` and add ``context``'s file counts
+        to the encoder key's persistent totals (``<root>/<key>/counters.json``).
+
+        Each line names the workspace (the stage's working directory) and the DVC experiment
+        (``$DVC_EXP_NAME``, set by ``dvc exp run``; ``None`` for ``dvc repro``), so that the
+        counters of a sweep can be told apart per experiment.
+
+        Args:
+            **context: JSON-able fields for the line; ``file_rows``, ``file_hits``, ``file_embedded``
+                and ``file_corrupt_shards`` (one file's counts) are added to the totals.
+        """
         from filelock import FileLock
 
-        line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(), **context})
+        line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(),
+                           "workspace": os.getcwd(), "experiment": os.environ.get("DVC_EXP_NAME"), **context})
         with FileLock(str(self.root / ".stats.lock"), timeout=600), \
                 open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
+        delta = {k: int(context.get(f"file_{k}", 0)) for k in COUNTERS}
+        with self._lock():
+            old = read_counters(self.root, self.key)
+            totals = {k: int(old.get(k, 0)) + delta[k] for k in COUNTERS}
+            totals["records"] = int(old.get("records", 0)) + 1
+            self._atomic_write(self.dir / COUNTERS_FILE, json.dumps(totals, indent=2, sort_keys=True).encode())
+
+
+#: Counters kept per encoder key in ``<root>/<key>/counters.json`` (cumulative over every run).
+COUNTERS = ("rows", "hits", "embedded", "corrupt_shards")
+COUNTERS_FILE = "counters.json"
+
+
+def read_counters(root: Path, key: str | None = None) -> dict[str, Any]:
+    """The persistent counters of one encoder key, or of every key in the cache.
+
+    Args:
+        root: the cache root (:func:`cache_root`).
+        key: an encoder key; ``None`` for all keys.
+
+    Returns:
+        With ``key``: ``{"rows", "hits", "embedded", "corrupt_shards", "records"}`` (zeros for a key
+        never recorded). Without: ``{key: {..., "identity": encoder.json contents}}`` for every key
+        with counters.
+
+    Raises:
+        WmevalError: a counters file is not valid JSON.
+    """
+    root = Path(root)
+
+    def one(k: str) -> dict[str, int]:
+        f = root / k / COUNTERS_FILE
+        if not f.is_file():
+            return {**{c: 0 for c in COUNTERS}, "records": 0}
+        try:
+            return json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise WmevalError(f"feature cache: {f} is not valid JSON ({e}); delete it to restart the counts") from None
+
+    if key is not None:
+        return one(key)
+    out: dict[str, Any] = {}
+    for f in sorted(root.glob(f"*/{COUNTERS_FILE}")):
+        ident = f.parent / "encoder.json"
+        out[f.parent.name] = {**one(f.parent.name),
+                              "identity": json.loads(ident.read_text(encoding="utf-8")) if ident.is_file() else None}
+    return out

@@ -67,6 +67,33 @@ def _cmd_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    import json
+
+    from .audit import format_lineage, lineage
+    from .config import find_root
+
+    root = Path(args.root).resolve() if args.root else find_root()
+    lin = lineage(root, args.metric, args.condition)
+    if args.json:
+        print(json.dumps(lin, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(format_lineage(lin))
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .config import find_root
+    from .sweep import sweep_report
+
+    root = Path(args.root).resolve() if args.root else find_root()
+    out = Path(args.out) if args.out else root / "reports" / "sweep"
+    written = sweep_report(root, out, all_commits=args.all_commits)
+    for f in written:
+        print(f"wrote {f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -86,6 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("name", nargs="?", help="with fetch: the weights to download")
     w.add_argument("--dir", help="weights directory (default: $WMEVAL_WEIGHTS_DIR or the user cache)")
     w.set_defaults(func=_cmd_weights)
+    a = sub.add_parser("audit", help="print the lineage of one metric, traced to md5s in dvc.lock "
+                                     "(refuses when the workspace does not match dvc.lock)")
+    a.add_argument("metric", help="WORLD/SOURCE/METRIC[/REGIME/CONDITION], e.g. blobs/reversed/fd_stratified")
+    a.add_argument("--condition", help="REGIME/CONDITION (or either part) when METRIC names none")
+    a.add_argument("--json", action="store_true", help="print the lineage as JSON")
+    a.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
+    a.set_defaults(func=_cmd_audit)
+    sw = sub.add_parser("sweep", help="collect the DVC experiments (`dvc exp show`) into a tidy table and a "
+                                      "sweep report")
+    sw.add_argument("--out", help="output directory (default: reports/sweep)")
+    sw.add_argument("--all-commits", action="store_true", help="experiments of every commit, not only HEAD's")
+    sw.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
+    sw.set_defaults(func=_cmd_sweep)
     return p
 
 

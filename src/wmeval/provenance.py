@@ -215,7 +215,7 @@ def _memory_bytes() -> int | None:
 
 
 def hardware() -> dict[str, Any]:
-    """CPU model, logical cores, memory and GPU name (``None`` without CUDA) of this machine."""
+    """CPU model, logical cores (and those this process may use), memory, GPU name (``None`` without CUDA)."""
     gpu = None
     try:
         import torch
@@ -224,7 +224,12 @@ def hardware() -> dict[str, Any]:
             gpu = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_bytes": _memory_bytes(), "gpu": gpu,
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "cores_usable": usable, "memory_bytes": _memory_bytes(),
+            "gpu": gpu,
             "machine": platform.machine(), "system": platform.system(), "python": platform.python_version()}
 
 
