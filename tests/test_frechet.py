@@ -89,12 +89,30 @@ def test_gram_form_equals_the_factored_form(n_a, n_b, d):
     wa[:3] = wb[:3] = 1.0
     want = frechet_distance_factored(CovarianceFactor.from_rows(x, wa), CovarianceFactor.from_rows(y, wb))
     grams = RowGrams.of(x, y)
-    # Both forms see singular covariances here (rows <= d, or a Gram of rank d < r): agreement to the
-    # eigensolvers' resolution of near-zero eigenvalues (test_factored_distance_equals_the_dense_one).
-    assert grams.frechet_distance(wa, wb) == pytest.approx(want, rel=1e-7)
+    # Both know the rank bound of their sample-space Gram, so no rounding noise enters the sum.
+    assert grams.frechet_distance(wa, wb) == pytest.approx(want, rel=1e-12)
     # A shared reference Gram gives the same number; unit weights give the plain FD of the rows.
     again = RowGrams.of(x, y, shift=x.mean(axis=0), aa=grams.aa)
     assert again.frechet_distance(wa, wb) == grams.frechet_distance(wa, wb)
     a, b = gaussian_stats(x), gaussian_stats(y)
     plain = FrechetReference(a.mu, a.sigma, rank_deficient=a.n <= d).distance(b.mu, b.sigma)
     assert grams.frechet_distance(np.ones(n_a), np.ones(n_b)) == pytest.approx(plain, rel=1e-7)
+
+
+@pytest.mark.parametrize("n_a,n_b,d", [(6, 9, 12), (30, 9, 12), (40, 50, 12)])
+def test_sample_space_forms_match_a_40_digit_reference(n_a, n_b, d):
+    """Singular covariances: the nuclear norm of A B^T by mpmath's SVD at 40 digits is the truth."""
+    import mpmath as mp
+
+    from wmeval.metrics import CovarianceFactor, RowGrams, frechet_distance_factored
+
+    rng = np.random.default_rng(n_a + 7 * n_b)
+    x, y = rng.normal(size=(n_a, d)) + 3.0, rng.normal(size=(n_b, d)) * 1.3 + 3.2
+    wa, wb = rng.integers(0, 3, n_a).astype(float), rng.integers(0, 3, n_b).astype(float)
+    wa[:3] = wb[:3] = 1.0
+    a, b = CovarianceFactor.from_rows(x, wa), CovarianceFactor.from_rows(y, wb)
+    with mp.workdps(40):
+        nuclear = sum(mp.svd_r(mp.matrix(a.rows.tolist()) * mp.matrix(b.rows.tolist()).T, compute_uv=False))
+        truth = float(mp.mpf(float((a.mu - b.mu) @ (a.mu - b.mu))) + a.trace + b.trace - 2 * nuclear)
+    assert frechet_distance_factored(a, b) == pytest.approx(truth, rel=1e-12)
+    assert RowGrams.of(x, y).frechet_distance(wa, wb) == pytest.approx(truth, rel=1e-12)

@@ -340,16 +340,17 @@ class CovarianceFactor:
 SAMPLE_SPACE_MAX = 1.2
 
 
-def _sum_sqrt_eig(g: np.ndarray) -> float:
-    """Sum of square roots of the eigenvalues of the symmetric PSD ``g``.
+def _sum_sqrt_eig(g: np.ndarray, rank: int | None = None) -> float:
+    """Sum of square roots of the eigenvalues of the symmetric PSD ``g`` (negative rounding clipped to 0).
 
-    Eigenvalues below the solver's resolution (``n eps lambda_max``) are a singular matrix's zeros
-    coming out as rounding noise; each would add ``sqrt(noise)`` to the sum, so they count as 0.
+    ``rank``: a known bound on the rank of ``g`` (a sample-space Gram of centred rows); the
+    eigenvalues beyond it are exact zeros that the solver returns as rounding noise, and each
+    would add ``sqrt(noise)`` to the sum, so the smallest ``n - rank`` count as 0.
     """
     lam = np.linalg.eigvalsh((g + g.T) / 2)
-    if lam.size:
-        lam[lam < lam[-1] * lam.size * np.finfo(np.float64).eps] = 0.0
-    return float(np.sum(np.sqrt(lam)))
+    if rank is not None and rank < lam.size:
+        lam[: lam.size - max(rank, 0)] = 0.0
+    return float(np.sum(np.sqrt(np.clip(lam, 0.0, None))))
 
 
 def frechet_distance_factored(a: CovarianceFactor, b: CovarianceFactor,
@@ -377,7 +378,8 @@ def frechet_distance_factored(a: CovarianceFactor, b: CovarianceFactor,
     rb = len(b.rows) if b.rows is not None else None
     if ra is not None and rb is not None and min(ra, rb) <= SAMPLE_SPACE_MAX * d:
         m = a.rows @ b.rows.T
-        cross = _sum_sqrt_eig(m @ m.T if ra <= rb else m.T @ m)      # numpy runs X @ X.T as syrk
+        # Centred rows: rank(A) <= r_a - 1 (and <= d), so the Gram's rank is at most min(r_a - 1, r_b - 1, d).
+        cross = _sum_sqrt_eig(m @ m.T if ra <= rb else m.T @ m, rank=min(ra - 1, rb - 1, d))
     elif rb is not None and rb < d:
         cross = _sum_sqrt_eig(b.rows @ a.dense() @ b.rows.T)
     elif ra is not None and ra < d:
@@ -400,6 +402,7 @@ class RowGrams:
     aa: np.ndarray
     bb: np.ndarray
     ab: np.ndarray
+    dim: int | None = None
 
     @classmethod
     def of(cls, x: np.ndarray, y: np.ndarray, shift: np.ndarray | None = None,
@@ -410,7 +413,7 @@ class RowGrams:
         y = np.asarray(y, dtype=np.float64)
         shift = x.mean(axis=0) if shift is None else shift
         xs, ys = x - shift, y - shift
-        return cls(xs @ xs.T if aa is None else aa, ys @ ys.T, xs @ ys.T)
+        return cls(xs @ xs.T if aa is None else aa, ys @ ys.T, xs @ ys.T, x.shape[1])
 
     def frechet_distance(self, w_a: np.ndarray, w_b: np.ndarray) -> float:
         """FD between the row sets with multiplicities ``w_a`` ``(n_a,)`` and ``w_b`` ``(n_b,)`` (ddof = 1).
@@ -439,7 +442,8 @@ class RowGrams:
         m = (k - x_mb[:, None] - ma_y[None, :] + ma_mb)
         m *= np.sqrt(wa / (na - 1.0))[:, None]
         m *= np.sqrt(wb / (nb - 1.0))[None, :]
-        cross = _sum_sqrt_eig(m @ m.T if len(ka) <= len(kb) else m.T @ m)
+        rank = min(len(ka) - 1, len(kb) - 1, *([self.dim] if self.dim is not None else []))
+        cross = _sum_sqrt_eig(m @ m.T if len(ka) <= len(kb) else m.T @ m, rank=rank)
         return float(ma_ma + mb_mb - 2.0 * ma_mb + tr_a + tr_b - 2.0 * cross)
 
 
