@@ -11,8 +11,8 @@ import pytest
 import browser
 from wmeval import figures
 from wmeval.htmlpage import figure_svg, new_figure, page
-from wmeval.report import (Doc, Table, glance, interval_table, plot_data, separated_best, table, to_html,
-                           to_markdown)
+from wmeval.document import Doc, Table, to_html, to_markdown
+from wmeval.report import glance, interval_table, plot_data, separated_best, table
 
 COLS = [("one-step pixel MSE", "pixel_mse", "teacher_forced", "all")]
 

@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .document import Doc, Table, inline, to_html, to_markdown
 from .errors import WmevalError
+from .htmlpage import figure_svg
 
 log = logging.getLogger(__name__)
 
@@ -379,44 +381,13 @@ def _iv(p: Any, lo: Any, hi: Any) -> str:
     return f"{_num(p)} [{_num(lo)}, {_num(hi)}]"
 
 
-class _Doc:
-    """Builds the HTML body and the Markdown text side by side."""
+def _table(d: Doc, header: list[str], rows: list[list[str]]) -> None:
+    d.table(Table(header, rows, [["num" if i >= 1 else "" for i in range(len(r))] for r in rows]))
 
-    def __init__(self) -> None:
-        self.html: list[str] = []
-        self.md: list[str] = []
 
-    def h(self, level: int, text: str) -> None:
-        from .htmlpage import esc
-
-        self.html.append(f"<h{level}>{esc(text)}</h{level}>")
-        self.md.append(f"\n{'#' * level} {text}\n")
-
-    def p(self, text: str, cls: str = "note") -> None:
-        from .htmlpage import esc
-
-        self.html.append(f"<p class=\"{cls}\">{esc(text)}</p>")
-        self.md.append(f"{'> ' if cls == 'warn' else ''}{text}\n")
-
-    def table(self, header: list[str], rows: list[list[str]], caption: str | None = None) -> None:
-        from .htmlpage import esc, table
-
-        self.html.append(table([esc(h) for h in header], [[esc(c) for c in r] for r in rows],
-                               cell_classes=[["num" if i >= 1 else "" for i in range(len(r))] for r in rows],
-                               caption=esc(caption) if caption else None))
-        if caption:
-            self.md.append(f"*{caption}*\n")
-        self.md.append("| " + " | ".join(header) + " |")
-        self.md.append("|" + "---|" * len(header))
-        for r in rows:
-            self.md.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
-        self.md.append("")
-
-    def figure(self, fig, caption: str) -> None:
-        from .htmlpage import esc, figure_svg
-
-        self.html.append(figure_svg(fig, esc(caption)))
-        self.md.append(f"(figure in the HTML report: {caption})\n")
+def _figure(d: Doc, fig, caption: str) -> None:
+    d.figure(figure_svg(fig, inline(caption)))
+    d.md(f"(figure in the HTML report: {caption})")
 
 
 def _headline(condition: str) -> bool:
@@ -444,9 +415,9 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
         pcols: its param columns.
         skipped: experiments without results.
     """
-    from .htmlpage import new_figure, page
+    from .htmlpage import new_figure
 
-    d = _Doc()
+    d = Doc()
     level = _level(df)
     all_pcols, pcols = pcols, group_keys(df, pcols)
     runs = df.drop_duplicates("experiment")[["experiment", "rev", "kind", *pcols]]
@@ -455,7 +426,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
     d.p(f"{len(exps)} experiment(s) from `dvc exp show`; every number is a point estimate with its "
         f"{level:.0%} episode-clustered bootstrap interval [low, high] where one exists.", "lede")
     d.h(2, "Experiments")
-    d.table(["experiment", "rev", "kind", *pcols],
+    _table(d, ["experiment", "rev", "kind", *pcols],
             [[r.experiment, str(r.rev)[:7], r.kind, *[_num(r[c]) for c in pcols]] for _, r in runs.iterrows()])
     implied = [c for c in all_pcols if c not in pcols]
     if implied:
@@ -485,7 +456,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                  _iv(r.intercept, r.low, r.high), _num(r.slope),
                  _iv(*r.fd_infinity_largest_n) if r.fd_infinity_largest_n else "n/a"]
                 for _, r in fits.iterrows() if _headline(r.condition)]
-        d.table(["world", "source", "condition", "other params", "FD at N", "FD-infinity (intercept)", "slope",
+        _table(d, ["world", "source", "condition", "other params", "FD at N", "FD-infinity (intercept)", "slope",
                  "fd_infinity at the largest N"], rows)
         for (world, cond), g in fits.groupby(["world", "condition"]):
             if "pooled" not in cond:
@@ -502,7 +473,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
             ax.set_xlabel("1 / n_episodes")
             ax.set_ylabel("FD")
             ax.legend(fontsize=6)
-            d.figure(fig, f"{world}, {cond}: FD against 1/N with {level:.0%} intervals; squares at 1/N = 0 are the "
+            _figure(d, fig, f"{world}, {cond}: FD against 1/N with {level:.0%} intervals; squares at 1/N = 0 are the "
                           "fitted FD-infinity with its interval.")
 
     # best-of-K
@@ -523,7 +494,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                 continue
             rows.append([rec["world"], rec["source"], rec["condition"], _params_label(rec, others),
                          "; ".join(f"K={int(r[K_KEY])}: {_iv(r.point, r.low, r.high)}" for _, r in g.iterrows())])
-        d.table(["world", "source", "condition", "other params", "best_of_k_mse at K"], rows)
+        _table(d, ["world", "source", "condition", "other params", "best_of_k_mse at K"], rows)
         for (world, cond), g in bk.groupby(["world", "condition"]):
             if cond != "open_loop/all":
                 continue
@@ -535,7 +506,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
             ax.set_xlabel("K (protocol.num_samples)")
             ax.set_ylabel("best_of_k_mse")
             ax.legend(fontsize=6)
-            d.figure(fig, f"{world}, {cond}: best-of-K error against K with {level:.0%} intervals.")
+            _figure(d, fig, f"{world}, {cond}: best-of-K error against K with {level:.0%} intervals.")
 
     # encoder sensitivity
     d.h(2, "Encoder sensitivity")
@@ -554,7 +525,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                  "; ".join(f"{p}{' (within noise)' if n else ''}" for p, n in
                            zip(r.flipped_pairs, r.flips_within_noise)) or "none"]
                 for _, r in es.iterrows() if _headline(r.condition)]
-        d.table(["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
+        _table(d, ["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
                  "flipped pairs"], rows)
 
     # stability
@@ -575,11 +546,11 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                  f"{_num(r.min_point)} to {_num(r.max_point)}", _num(r.rel_spread), _num(r.width_smallest),
                  _num(r.width_largest)] for _, r in moved.iterrows()]
         if rows:
-            d.table(["world", "source", "metric", "condition", "other params", "settings", "point range",
+            _table(d, ["world", "source", "metric", "condition", "other params", "settings", "point range",
                      "relative spread", "interval width (fewest samples)", "interval width (most samples)"], rows)
         else:
             d.p("Every metric's intervals share a common value across the sample counts.")
-    return page("wmeval sweep", "\n".join(d.html)), "\n".join(d.md).lstrip() + "\n"
+    return to_html(d, "wmeval sweep"), to_markdown(d)
 
 
 def sweep_report(root: Path, out: Path, all_commits: bool = False,
