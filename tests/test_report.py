@@ -138,3 +138,13 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     assert f"{cov['cluster']['coverage']:.1%}" in text and f"{cov['iid_frames']['coverage']:.1%}" in text
     assert f"{cov['frechet']['basic_coverage']:.1%}" in text and "benchmarks/coverage.py" in text
     assert coverage_note(None) == ""
+
+
+def test_a_point_outside_its_interval_is_flagged():
+    from wmeval.report import cell
+
+    row = _rows({"a": 1.0}, [(1, 1, 1)]).iloc[0]
+    assert cell(row) == "1 [0.9, 1.1]"
+    above = row.copy()
+    above["low"], above["high"] = 1.5, 2.0          # plug-in FD replicates above the point
+    assert cell(above) == "1 [1.5, 2] †"

@@ -55,10 +55,17 @@ def cell(row: pd.Series | None) -> str:
     if not np.isfinite(row.point):
         return "undefined"
     text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
+    if np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
+        text += " †"
     undefined = getattr(row, "undefined_replicates", 0.0)
     if undefined and undefined > 0:
         text += f" ({'<1%' if undefined < 0.01 else f'{undefined:.0%}'} of replicates undefined)"
     return text
+
+
+OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replicates of a biased plug-in estimator "
+                "(FD: resampled episodes repeat rows, which inflates it) sit beside the point. The interval is "
+                "the plug-in's; the bias-corrected FD carries the basic interval, centred on the corrected value.")
 
 
 def lookup(iv: pd.DataFrame, source: str, metric: str, regime: str, condition: str) -> pd.Series | None:
@@ -515,6 +522,7 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
         per_world[world] = (iv, cols, probe_t, calibrated)
         doc.h(3, f"{world}: which model is best at what")
         doc.table(glance(iv, list(wp["models"]), _headline_columns(cols, calibrated), world))
+    doc.p(OUTSIDE_NOTE)
     for world, wp in protocol["worlds"].items():
         iv, cols, probe_t, calibrated = per_world[world]
         _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
@@ -616,7 +624,8 @@ def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str
               "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
               "plug-in estimator, which is biased at finite N; the bias-corrected row carries the basic interval "
               "and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
-              "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else ""))
+              "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
+              + " " + OUTSIDE_NOTE)
         doc.table(table(iv, models, cols["distributional"]))
         for text, t in strata_tables(iv, models, wp):
             doc.p(text)
