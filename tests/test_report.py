@@ -2,9 +2,7 @@
 
 import os
 import re
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from .errors import WmevalError
 from .provenance import code_version, file_sha256, read_lock

@@ -42,7 +42,6 @@ from .errors import WmevalError
 from .layers import COLUMNS
 from .metrics import (SAMPLE_SPACE_MAX, CovarianceFactor, FrechetReference, RowGrams, fd_infinity, frechet_distance_factored, gaussian_stats, kid,
                       mmd2_unbiased, prdc_rows)
-from .tables import tensor_numpy
 
 VIEWS = ("frame", "transition")
 GRAM_BUDGET_BYTES = 2 << 30
