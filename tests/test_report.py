@@ -146,3 +146,15 @@ def test_a_point_outside_its_interval_is_flagged():
     above = row.copy()
     above["low"], above["high"] = 1.5, 2.0          # plug-in FD replicates above the point
     assert cell(above) == "1 [1.5, 2] †"
+
+
+def test_ranking_marks_first_last_and_changes():
+    from wmeval.report import ranking
+
+    cols = [("pixel", "pixel_mse", "teacher_forced", "all"), ("ssim", "ssim", "teacher_forced", "all")]
+    iv = pd.concat([_rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 2), (3, 3, 3)]),
+                    _rows({"a": 0.5, "b": 0.9}, [(2, 2, 2), (1, 1, 1)], metric="ssim")])   # c has no SSIM
+    t = ranking(iv, ["a", "b", "c"], cols)
+    assert t.rows[0] == ["`a` (rank changes)", "1 [1–1]", "2 [2–2]"]
+    assert t.classes[0][1] == "num rk1" and t.classes[0][2] == "num rklast changed"     # last of 2 ranked
+    assert t.classes[2][1] == "num rklast" and t.rows[2][2] == "–"

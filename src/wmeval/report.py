@@ -284,7 +284,7 @@ def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> Table
     used, ranks = ranks_of(iv, models, columns)
     if not used:
         return None
-    n = len([m for m in models])
+    last = {col: max(r[0] for m in models if (r := ranks[col, m]) is not None) for col in used}
     rows, classes = [], []
     for m in models:
         cells, cls, prev = [], [""], None
@@ -296,7 +296,7 @@ def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> Table
                 continue
             rk, lo, hi = r
             cells.append(f"{rk} [{lo:.0f}–{hi:.0f}]" if np.isfinite(lo) and np.isfinite(hi) else str(rk))
-            c = "num " + ("rk1" if rk == 1 else "rklast" if rk == n else "")
+            c = "num " + ("rk1" if rk == 1 else "rklast" if rk == last[col] else "")
             if prev is not None and rk != prev:
                 c += " changed"
             cls.append(c.strip())
