@@ -427,7 +427,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
         f"{level:.0%} episode-clustered bootstrap interval [low, high] where one exists.", "lede")
     d.h(2, "Experiments")
     _table(d, ["experiment", "rev", "kind", *pcols],
-            [[r.experiment, str(r.rev)[:7], r.kind, *[_num(r[c]) for c in pcols]] for _, r in runs.iterrows()])
+              [[r.experiment, str(r.rev)[:7], r.kind, *[_num(r[c]) for c in pcols]] for _, r in runs.iterrows()])
     implied = [c for c in all_pcols if c not in pcols]
     if implied:
         d.p("Also varying, as implied by a group choice above (columns of sweep.csv): " + ", ".join(implied) + ".")
@@ -457,7 +457,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                  _iv(*r.fd_infinity_largest_n) if r.fd_infinity_largest_n else "n/a"]
                 for _, r in fits.iterrows() if _headline(r.condition)]
         _table(d, ["world", "source", "condition", "other params", "FD at N", "FD-infinity (intercept)", "slope",
-                 "fd_infinity at the largest N"], rows)
+                   "fd_infinity at the largest N"], rows)
         for (world, cond), g in fits.groupby(["world", "condition"]):
             if "pooled" not in cond:
                 continue
@@ -474,7 +474,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
             ax.set_ylabel("FD")
             ax.legend(fontsize=6)
             _figure(d, fig, f"{world}, {cond}: FD against 1/N with {level:.0%} intervals; squares at 1/N = 0 are the "
-                          "fitted FD-infinity with its interval.")
+                            "fitted FD-infinity with its interval.")
 
     # best-of-K
     d.h(2, "Best-of-K against K")
@@ -526,7 +526,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                            zip(r.flipped_pairs, r.flips_within_noise)) or "none"]
                 for _, r in es.iterrows() if _headline(r.condition)]
         _table(d, ["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
-                 "flipped pairs"], rows)
+                   "flipped pairs"], rows)
 
     # stability
     d.h(2, "Stability across sample counts")
@@ -547,7 +547,7 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
                  _num(r.width_largest)] for _, r in moved.iterrows()]
         if rows:
             _table(d, ["world", "source", "metric", "condition", "other params", "settings", "point range",
-                     "relative spread", "interval width (fewest samples)", "interval width (most samples)"], rows)
+                       "relative spread", "interval width (fewest samples)", "interval width (most samples)"], rows)
         else:
             d.p("Every metric's intervals share a common value across the sample counts.")
     return to_html(d, "wmeval sweep"), to_markdown(d)
