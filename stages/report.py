@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from wmeval.provenance import run_record
-from wmeval.report import interval_table, plot_data, protocol_cards, render_html, render_markdown
+from wmeval.report import interval_table, plot_data, protocol_cards, render
 from wmeval.stage import main
 from wmeval.tables import atomic_dir, atomic_write_text
 
@@ -29,17 +29,16 @@ def run() -> None:
     points = pd.read_parquet(STATS / "distributional.parquet")
     provenance = run_record(Path("."))
     coverage = json.loads(COVERAGE.read_text())
-    args = (intervals, protocol, curves, kcurves, points, provenance, coverage)
-    md, page = render_markdown(*args), render_html(*args)
+    cards = protocol_cards(intervals, protocol)
+    md, page = render(intervals, protocol, curves, kcurves, points, provenance, coverage, cards)
     # Everything is rendered before anything is written; each file is replaced atomically.
     with atomic_dir(OUT / "plots") as tmp:
         for rel, table in plot_data(curves, kcurves, intervals).items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             table.to_csv(tmp / rel, index=False, float_format="%.10g")
     atomic_write_text(OUT / "intervals.csv", interval_table(intervals, protocol).to_csv(index=False, float_format="%.10g"))
-    atomic_write_text(OUT / "protocols.json", json.dumps({"bootstrap": protocol["bootstrap"], "encoder":
-                                                           protocol["encoder"], "cards": protocol_cards(intervals, protocol)},
-                                                          indent=2, sort_keys=True) + "\n")
+    protocols = {"bootstrap": protocol["bootstrap"], "encoder": protocol["encoder"], "cards": cards}
+    atomic_write_text(OUT / "protocols.json", json.dumps(protocols, indent=2, sort_keys=True) + "\n")
     atomic_write_text(OUT / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True, default=str) + "\n")
     atomic_write_text(OUT / "scorecard.md", md)
     atomic_write_text(OUT / "scorecard.html", page)

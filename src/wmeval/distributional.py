@@ -19,10 +19,10 @@ rank-deficient covariance (n <= d), are flagged, never dropped.
 
 Bootstrap replicates recompute the moments of the resampled episodes with each episode's
 multiplicity as its rows' weight (no copies of resampled rows, no re-reading), then the
-distance. With fewer distinct rows than dimensions (Inception's d = 2048 against a few thousand
-rows, of which a replicate keeps about 63%), each side stays as its weighted centred rows and
-the distance is computed in the sample space (``metrics.frechet_distance_factored``); otherwise
-from per-episode sums and cross-products, with the reference's factorisation shared by every
+distance. With at most 2 d rows a side (Inception's d = 2048 against a few thousand rows), the
+row Grams are built once and every replicate is computed in the sample space
+(``metrics.RowGrams``); otherwise from per-episode sums and cross-products
+(``metrics.frechet_distance_factored``), with the reference's factorisation shared by every
 model of a replicate.
 """
 
@@ -40,8 +40,8 @@ from threadpoolctl import threadpool_limits
 
 from .errors import WmevalError
 from .layers import COLUMNS
-from .metrics import (SAMPLE_SPACE_MAX, CovarianceFactor, FrechetReference, RowGrams, fd_infinity, frechet_distance_factored, gaussian_stats, kid,
-                      mmd2_unbiased, prdc_rows)
+from .metrics import (SAMPLE_SPACE_MAX, CovarianceFactor, FrechetReference, RowGrams, fd_infinity,
+                      frechet_distance_factored, gaussian_stats, kid, mmd2_unbiased, prdc_rows)
 
 VIEWS = ("frame", "transition")
 GRAM_BUDGET_BYTES = 2 << 30

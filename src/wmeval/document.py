@@ -9,6 +9,7 @@ Markdown: `code` and **bold**; everything else is escaped in the HTML.
 from __future__ import annotations
 
 import html as _html
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,3 +114,14 @@ def to_html(doc: Doc, title: str) -> str:
     return page(title, "\n".join(out))
 
 
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``); lists become JSON text."""
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(d, list):
+        out[prefix[:-1]] = json.dumps(d)
+    else:
+        out[prefix[:-1]] = d
+    return out

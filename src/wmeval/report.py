@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import figures
-from .document import Doc, Table, inline, slug, to_html, to_markdown
+from .document import Doc, Table, flatten, inline, slug, to_html, to_markdown
 from .htmlpage import esc
 from .metrics import REGISTRY
 
@@ -491,10 +491,11 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
 def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
           kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
           provenance: dict[str, Any] | None = None, with_figures: bool = False,
-          coverage: dict[str, Any] | None = None) -> Doc:
-    """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only)."""
+          coverage: dict[str, Any] | None = None, cards: dict | None = None) -> Doc:
+    """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only); ``cards``:
+    :func:`protocol_cards`, when the caller has them already."""
     boot, enc = protocol["bootstrap"], protocol["encoder"]
-    cards = protocol_cards(intervals, protocol)
+    cards = protocol_cards(intervals, protocol) if cards is None else cards
     doc = Doc()
     doc.h(1, "wmeval scorecard")
     commit = (provenance or {}).get("git", {}) or {}
@@ -690,17 +691,6 @@ def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str
     doc.html("<ul>" + "".join(f"<li>{inline(x[2:])}</li>" for x in lines) + "</ul>")
 
 
-def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
-    if isinstance(d, dict):
-        out = []
-        for k, v in d.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    if isinstance(d, list) and all(not isinstance(x, (dict, list)) for x in d):
-        return [(prefix, ", ".join(map(str, d)))]
-    return [(prefix, str(d))]
-
-
 def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
     doc.h(2, "Provenance")
     if not provenance:
@@ -711,7 +701,7 @@ def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
           "hardware and determinism settings. The same record is `reports/provenance.json`; "
           "`wmeval audit WORLD/MODEL/METRIC` traces one number through it.")
     for key, value in provenance.items():
-        rows = _flatten(value)
+        rows = [(k, str(v)) for k, v in flatten(value).items()]
         if key == "params":
             rows = [r for r in rows if not r[0].startswith(("models.", "worlds."))] + \
                 [r for r in rows if r[0].startswith(("models.", "worlds."))]
@@ -721,17 +711,14 @@ def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
 
 # ----------------------------------------------------------------------------- outputs
 
-def render_markdown(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
-                    kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-                    provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None) -> str:
-    return to_markdown(build(intervals, protocol, curves, kcurves, points, provenance, coverage=coverage))
-
-
-def render_html(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
-                kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-                provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None) -> str:
-    return to_html(build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True,
-                         coverage=coverage), "wmeval scorecard")
+def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
+           kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
+           provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None,
+           cards: dict | None = None) -> tuple[str, str]:
+    """The scorecard as ``(markdown, html)``, from one document (the figures appear in the HTML only)."""
+    doc = build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True, coverage=coverage,
+                cards=cards)
+    return to_markdown(doc), to_html(doc, "wmeval scorecard")
 
 
 INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",

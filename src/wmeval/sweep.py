@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .document import Doc, Table, inline, to_html, to_markdown
+from .document import Doc, Table, flatten, inline, to_html, to_markdown
 from .errors import WmevalError
 from .htmlpage import figure_svg
 
@@ -70,18 +70,6 @@ def exp_show(root: Path, all_commits: bool = False) -> list[dict[str, Any]]:
     return data
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-    elif isinstance(d, list):
-        out[prefix[:-1]] = json.dumps(d)
-    else:
-        out[prefix[:-1]] = d
-    return out
-
-
 def _revisions(show: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(runs, skipped)``: one dict per baseline commit and experiment with data, and the rest with why."""
     runs, skipped = [], []
@@ -108,7 +96,7 @@ def _revisions(show: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[d
                     skipped.append({"experiment": name, "why": f"no {METRICS_FILE} (not run, failed or still queued)"})
                 continue
             runs.append({"experiment": name, "rev": rev.get("rev"), "kind": kind, "baseline": base_name,
-                         "timestamp": data.get("timestamp"), "params": _flatten(params or {}),
+                         "timestamp": data.get("timestamp"), "params": flatten(params or {}),
                          "metrics": metrics["data"]})
     return runs, skipped
 
