@@ -3,7 +3,7 @@
 Synthetic data with known truth: ``--datasets`` data sets, each ``--episodes`` episodes of
 ``--frames`` frames, ``value = mu + sqrt(rho) a_episode + sqrt(1 - rho) e_frame`` (standard
 normal a, e; mu = 0, so every frame has variance 1 and frames of one episode correlation
-rho). For each data set, the trajectory-clustered interval (``wmeval.stats.cluster_bootstrap``
+rho). For each data set, the trajectory-clustered interval (``wmeval.estimators.resample.cluster_bootstrap``
 with episodes as clusters) and the frame-level iid bootstrap (every frame its own cluster);
 coverage is the share of intervals that contain mu, with its binomial standard error.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wmeval.rng import make_rng
-from wmeval.stats import cluster_bootstrap
+from wmeval.core.rng import make_rng
+from wmeval.estimators.resample import cluster_bootstrap
 
 
 def frechet_coverage(args) -> dict:

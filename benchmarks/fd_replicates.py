@@ -1,7 +1,7 @@
 """Cost of one Frechet-distance bootstrap replicate at d = 2048 against one FD evaluation, side by side.
 
 A replicate recomputes the resampled episodes' Frechet distance with each episode's multiplicity
-as its rows' weight. At this size (3072 rows a side, d = 2048) ``wmeval.distributional.replicates``
+as its rows' weight. At this size (3072 rows a side, d = 2048) ``wmeval.estimators.distributional.replicates``
 builds the row Grams once and works in the sample space (``metrics.RowGrams``); the floor is
 one ``frechet_distance`` call on given moments. The marginal cost per replicate is
 (time for 1 + R replicates - time for 1) / R, so the one-off Grams and KID kernel sums are
@@ -33,7 +33,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "fd_replicates.json"))
     args = ap.parse_args()
 
-    from wmeval.distributional import Settings, Side, ViewSets, _sample_grams, replicates
+    from wmeval.estimators.distributional import (
+        Settings,
+        Side,
+        ViewSets,
+        _sample_grams,
+        replicates,
+    )
     from wmeval.metrics import frechet_distance, gaussian_stats
 
     rng = np.random.default_rng(0)

@@ -54,14 +54,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
 
-    from torchmetrics.image.fid import FrechetInceptionDistance
     from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+    from torchmetrics.image.fid import FrechetInceptionDistance
 
-    from wmeval.config import EncoderConfig
-    from wmeval.encoders import build_encoder
-    from wmeval.provenance import file_sha256
-
-    from wmeval.encoders import fid_architecture
+    from wmeval.core.config import EncoderConfig
+    from wmeval.encoders import build_encoder, fid_architecture
+    from wmeval.lineage.provenance import file_sha256
 
     tmp = Path(tempfile.mkdtemp())
     torch.manual_seed(0)

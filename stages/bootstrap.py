@@ -3,12 +3,16 @@
 from pathlib import Path
 
 from wmeval.bootstrap import bootstrap_stage
-from wmeval.config import load_params
-from wmeval.stage import main
+from wmeval.core.config import load_params
+from wmeval.core.runner import main
+
+
+STATS, ROLLOUTS, FEATURES = Path("data/stats"), Path("data/rollouts"), Path("data/features")
+OUT, METRICS = Path("data/bootstrap"), Path("reports/metrics.json")
 
 
 def run() -> None:
-    bootstrap_stage(load_params(), Path("data/stats"), Path("data/bootstrap"), Path("reports/metrics.json"))
+    bootstrap_stage(load_params(), STATS, ROLLOUTS, FEATURES, OUT, METRICS)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 import logging
 from pathlib import Path
 
-from wmeval.config import load_params
+from wmeval.core.config import load_params
+from wmeval.core.runner import main
 from wmeval.encoders import build_encoder
 from wmeval.features import Caches, embed_file
-from wmeval.stage import main
 from wmeval.tables import atomic_dir, write_table
 
 IN, OUT = Path("data/rollouts"), Path("data/features")

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from wmeval.provenance import run_record
+from wmeval.core.runner import main
+from wmeval.lineage.provenance import run_record
 from wmeval.report import interval_table, plot_data, protocol_cards, render
-from wmeval.stage import main
 from wmeval.tables import atomic_dir, atomic_write_text
 
-BOOT, STATS, OUT = Path("data/bootstrap"), Path("data/stats"), Path("reports")
+BOOT, OUT = Path("data/bootstrap"), Path("reports")
+POINTS = Path("data/stats/distributional.parquet")   # the distributional point estimates (FD vs 1/N figure)
 COVERAGE = Path("benchmarks/results/coverage.json")      # the interval-coverage benchmark the report cites
 
 
@@ -26,7 +27,7 @@ def run() -> None:
     curves = pd.read_parquet(BOOT / "curves.parquet")
     kpath = BOOT / "kcurves.parquet"
     kcurves = pd.read_parquet(kpath) if kpath.exists() else None
-    points = pd.read_parquet(STATS / "distributional.parquet")
+    points = pd.read_parquet(POINTS)
     provenance = run_record(Path("."))
     coverage = json.loads(COVERAGE.read_text())
     cards = protocol_cards(intervals, protocol)

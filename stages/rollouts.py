@@ -8,10 +8,10 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from wmeval.config import load_params, world_dynamics
-from wmeval.dynamics import dynamics_tables
+from wmeval.core.config import load_params, world_dynamics
+from wmeval.core.runner import main
 from wmeval.rollouts import build_models, run_world
-from wmeval.stage import main
+from wmeval.rollouts.dynamics import dynamics_tables
 from wmeval.tables import atomic_dir, write_table
 from wmeval.worlds import build_world
 

@@ -2,18 +2,18 @@
 
 from pathlib import Path
 
-from wmeval.config import load_params
-from wmeval.scores import compute_statistics
-from wmeval.stage import main
+from wmeval.core.config import load_params
+from wmeval.core.runner import main
+from wmeval.statistics.compute import compute_statistics
 from wmeval.tables import atomic_dir
 
-OUT = Path("data/stats")
+ROLLOUTS, FEATURES, OUT = Path("data/rollouts"), Path("data/features"), Path("data/stats")
 
 
 def run() -> None:
     params = load_params()
     with atomic_dir(OUT) as tmp:
-        compute_statistics(params, Path("data/rollouts"), Path("data/features"), tmp)
+        compute_statistics(params, ROLLOUTS, FEATURES, tmp)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from wmeval.config import compose_text, validate_params
+from wmeval.core.config import compose_text, validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

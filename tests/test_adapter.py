@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from wmeval.config import ProtocolConfig, WorldConfig
-from wmeval.errors import ConfigError, ModelOutputError
+from wmeval.core.config import ProtocolConfig, WorldConfig
+from wmeval.core.errors import ConfigError, ModelOutputError
 from wmeval.models import Prediction
 from wmeval.models.imported import write_predictions
 from wmeval.rollouts import export_episodes, make_episodes, run_world

@@ -9,9 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wmeval.audit import StaleWorkspaceError, dir_md5, dir_file_md5s, find_metric, lineage, md5_file, stage_chain
 from wmeval.cli import main
-from wmeval.errors import WmevalError
+from wmeval.core.errors import WmevalError
+from wmeval.lineage.audit import (
+    StaleWorkspaceError,
+    dir_file_md5s,
+    dir_md5,
+    find_metric,
+    lineage,
+    md5_file,
+    stage_chain,
+)
 
 BIN = Path(sys.executable).parent
 METRICS = {"blobs": {"reversed": {

@@ -5,7 +5,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from wmeval.cache import FeatureCache, encoder_key
+from wmeval.features.cache import FeatureCache, encoder_key
 
 
 def enc(x):
@@ -94,7 +94,7 @@ def test_concurrent_writers_share_the_cache(tmp_path):
 
 def test_input_signature_is_part_of_the_key(tmp_path):
     """The same encoder on grayscale and RGB frames writes separate shards (no mixed dims)."""
-    from wmeval.config import EncoderConfig
+    from wmeval.core.config import EncoderConfig
     from wmeval.encoders import build_encoder
     from wmeval.features import Caches
 
@@ -110,7 +110,7 @@ def test_input_signature_is_part_of_the_key(tmp_path):
 
 
 def test_bad_encoder_output_is_a_clear_error(tmp_path):
-    from wmeval.errors import WmevalError
+    from wmeval.core.errors import WmevalError
 
     with pytest.raises(WmevalError, match="wrong count or non-finite"):
         FeatureCache(tmp_path, "k").embed(items(3), lambda x: np.full((3, 2), np.nan))

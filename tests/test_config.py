@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from wmeval.cli import main
-from wmeval.config import compose_text, load_params, validate_params
-from wmeval.errors import ConfigError
+from wmeval.core.config import compose_text, load_params, validate_params
+from wmeval.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

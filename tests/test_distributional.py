@@ -4,9 +4,17 @@ serial = parallel, strata and flags."""
 import numpy as np
 import pytest
 
-from wmeval.distributional import (KernelBlocks, Moments, Settings, Side, ViewSets, action_strata,
-                                   point_estimates, replicates)
-from wmeval.errors import WmevalError
+from wmeval.core.errors import WmevalError
+from wmeval.estimators.distributional import (
+    KernelBlocks,
+    Moments,
+    Settings,
+    Side,
+    ViewSets,
+    action_strata,
+    point_estimates,
+    replicates,
+)
 from wmeval.metrics import FrechetReference, gaussian_stats, mmd2_unbiased
 
 
@@ -98,7 +106,7 @@ def test_action_strata_bins_and_errors():
 
 def test_sample_space_replicates_match_direct_recomputation_when_rows_are_fewer_than_dims():
     """d = 40 against 32 rows a side: replicates run on row Grams (and Moments keep weighted centred rows)."""
-    from wmeval.distributional import _sample_grams
+    from wmeval.estimators.distributional import _sample_grams
     from wmeval.metrics import frechet_distance_factored
 
     rng = np.random.default_rng(7)

@@ -5,12 +5,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from wmeval.config import DynamicsConfig, ProtocolConfig, WorldConfig
-from wmeval.dynamics import dynamics_tables
-from wmeval.layers import dynamics_contributions, task_signal_contributions
+from wmeval.core.config import DynamicsConfig, ProtocolConfig, WorldConfig
 from wmeval.models import Prediction
-from wmeval.planning import random_shooting_mpc
 from wmeval.rollouts import run_world
+from wmeval.rollouts.dynamics import dynamics_tables
+from wmeval.rollouts.planning import random_shooting_mpc
+from wmeval.statistics.dynamics_layers import (
+    dynamics_contributions,
+    task_signal_contributions,
+)
 from wmeval.worlds import PendulumWorld
 from wmeval.worlds.pendulum import env_step
 

@@ -1,9 +1,14 @@
 import numpy as np
 import pytest
 
+from wmeval.core.rng import make_rng
 from wmeval.metrics import expected_pairwise_mse
-from wmeval.models import BlobReferenceModel, History, LeastSquaresPendulumModel, build_model
-from wmeval.rng import make_rng
+from wmeval.models import (
+    BlobReferenceModel,
+    History,
+    LeastSquaresPendulumModel,
+    build_model,
+)
 from wmeval.worlds import BlobWorld, PendulumWorld
 from wmeval.worlds.pendulum import env_step
 

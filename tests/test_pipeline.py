@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import make_project
-from wmeval.config import compose_text
+
+from wmeval.core.config import compose_text
 from wmeval.tables import read_metadata
 
 BIN = Path(sys.executable).parent

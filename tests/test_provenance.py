@@ -1,4 +1,4 @@
-"""wmeval.provenance.run_record: git, dvc.lock hashes, params, packages, weights, seeds, hardware."""
+"""wmeval.lineage.provenance.run_record: git, dvc.lock hashes, params, packages, weights, seeds, hardware."""
 
 import json
 import subprocess
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from wmeval.provenance import PACKAGES, code_version, file_sha256, run_record
+from wmeval.core.digest import file_sha256
+from wmeval.lineage.provenance import PACKAGES, run_record
 
 LOCK = {
     "schema": "2.0",
@@ -42,7 +43,7 @@ def test_record_outside_git_is_json_and_complete(tmp_path):
     assert rec["seeds"] == {"protocol.seed": 7, "dynamics.seed": 8, "bootstrap.seed": 9, "scoring.seed": 10}
     assert set(rec["packages"]) == set(PACKAGES)
     assert rec["packages"]["numpy"] == __import__("numpy").__version__
-    assert rec["code"] == code_version()
+    assert rec["code"]["source_sha256"] is None and "dvc.yaml" in rec["code"]["reason"]   # no DVC project
     assert rec["weights"]["encoder"]["sha256"] is None and "weight-free" in rec["weights"]["encoder"]["reason"]
     assert rec["weights"]["lpips"]["sha256"] is None and "scoring.lpips" in rec["weights"]["lpips"]["reason"]
     hw = rec["hardware"]
@@ -60,7 +61,7 @@ def test_params_argument_wins_and_missing_lock_is_none(tmp_path):
 
 
 def test_missing_package_is_none(monkeypatch, tmp_path):
-    monkeypatch.setattr("wmeval.provenance.PACKAGES", ("numpy", "surely-not-installed-pkg"))
+    monkeypatch.setattr("wmeval.lineage.provenance.PACKAGES", ("numpy", "surely-not-installed-pkg"))
     rec = run_record(tmp_path)
     assert rec["packages"] == {"numpy": __import__("numpy").__version__, "surely-not-installed-pkg": None}
 
@@ -111,7 +112,7 @@ def test_weighted_encoder_hash_prefers_features_metadata(tmp_path):
 def test_bad_lock_raises(tmp_path):
     import pytest
 
-    from wmeval.errors import WmevalError
+    from wmeval.core.errors import WmevalError
 
     (tmp_path / "dvc.lock").write_text("stages: [1, 2\n")
     with pytest.raises(WmevalError, match="dvc.lock"):
@@ -121,7 +122,7 @@ def test_bad_lock_raises(tmp_path):
 def test_gpu_name_when_cuda_is_available(monkeypatch):
     import torch
 
-    from wmeval.provenance import hardware
+    from wmeval.lineage.provenance import hardware
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU 80GB")

@@ -3,14 +3,20 @@
 import os
 import re
 
+import browser
 import pandas as pd
 import pytest
 
-import browser
-from wmeval import figures
-from wmeval.htmlpage import figure_svg, new_figure, page
-from wmeval.document import Doc, Table, to_html, to_markdown
-from wmeval.report import glance, interval_table, plot_data, separated_best, table
+from wmeval.rendering.document import Doc, Table, to_html, to_markdown
+from wmeval.rendering.htmlpage import figure_svg, new_figure, page
+from wmeval.report.scorecard import (
+    figures,
+    glance,
+    interval_table,
+    plot_data,
+    separated_best,
+    table,
+)
 
 COLS = [("one-step pixel MSE", "pixel_mse", "teacher_forced", "all")]
 
@@ -129,7 +135,7 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     """The intro sentence is built from benchmarks/results/coverage.json's numbers."""
     import json
 
-    from wmeval.report import coverage_note
+    from wmeval.report.scorecard import coverage_note
 
     cov = json.loads((root / "benchmarks" / "results" / "coverage.json").read_text())
     text = coverage_note(cov)
@@ -139,7 +145,7 @@ def test_scorecard_cites_the_coverage_benchmark(root):
 
 
 def test_a_point_outside_its_interval_is_flagged():
-    from wmeval.report import cell
+    from wmeval.report.scorecard import cell
 
     row = _rows({"a": 1.0}, [(1, 1, 1)]).iloc[0]
     assert cell(row) == "1 [0.9, 1.1]"
@@ -149,7 +155,7 @@ def test_a_point_outside_its_interval_is_flagged():
 
 
 def test_ranking_marks_first_last_and_changes():
-    from wmeval.report import ranking
+    from wmeval.report.scorecard import ranking
 
     cols = [("pixel", "pixel_mse", "teacher_forced", "all"), ("ssim", "ssim", "teacher_forced", "all")]
     iv = pd.concat([_rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 2), (3, 3, 3)]),

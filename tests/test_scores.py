@@ -3,9 +3,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from wmeval.errors import WmevalError
-from wmeval.scores import contributions, dense, episode_values
+from wmeval.core.errors import WmevalError
 from wmeval.rollouts import run_world
+from wmeval.statistics.paired import contributions, episode_values
+from wmeval.tables import dense
 from wmeval.worlds import BlobWorld
 
 COLS = {"state_mse": ("state", 1), "pixel_mse": ("frame", 3)}

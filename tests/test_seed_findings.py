@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 import pytest
-
 from conftest import make_project
 from test_pipeline import BIN, run
 

@@ -2,7 +2,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from wmeval.stats import cluster_bootstrap, ratio_replicates, resample_counts
+from wmeval.estimators.resample import (
+    cluster_bootstrap,
+    ratio_replicates,
+    resample_counts,
+)
 
 
 def test_matches_scipy_bootstrap_of_cluster_means():
@@ -77,7 +81,7 @@ def test_ratio_replicates_weight_missing_clusters_out():
 
 
 def test_strata_keep_each_strata_cluster_count():
-    from wmeval.stats import _cluster_counts
+    from wmeval.estimators.resample import _cluster_counts
 
     clusters = np.arange(10)
     strata = np.array(["a"] * 3 + ["b"] * 7)

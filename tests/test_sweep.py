@@ -11,13 +11,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import make_project
-from wmeval.cache import FeatureCache, read_counters
-from wmeval.config import compose_text
-from wmeval.errors import WmevalError
-from wmeval.sweep import (best_of_k, collect, encoder_sensitivity, fd_vs_n, intercept_fit, render, stability,
-                          sweep_report)
+
+from wmeval.core.config import compose_text
+from wmeval.core.errors import WmevalError
+from wmeval.features.cache import FeatureCache, read_counters
+from wmeval.sweep import (
+    best_of_k_vs_k,
+    collect,
+    encoder_sensitivity,
+    fd_vs_n,
+    intercept_fit,
+    render_sweep,
+    stability,
+    sweep_report,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -92,7 +100,7 @@ def test_analyses_recover_known_values():
     a = fits[(fits.source == "a") & (fits["encoder.name"] == "pixel")]
     assert len(a) == 2 and np.allclose(a.intercept, 1.0) and np.allclose(a.slope, 3.0)
     assert (a.low < 1.0).all() and (a.high > 1.0).all()
-    bk, why = best_of_k(df, pcols)
+    bk, why = best_of_k_vs_k(df, pcols)
     assert why is None and set(bk["protocol.num_samples"]) == {1, 2}
     es, why = encoder_sensitivity(df, pcols)
     assert why is None and len(es) == 4                           # 2 n_episodes x 2 K, one encoder pair
@@ -107,7 +115,7 @@ def test_analyses_recover_known_values():
 def test_report_sections_say_when_there_is_no_data(tmp_path):
     one = [r for r in _grid() if r[1]["encoder"]["name"] == "pixel" and r[1]["protocol"]["n_episodes"] == 4]
     df, pcols, skipped = collect(_show(one))
-    html, md = render(df, pcols, skipped)
+    html, md = render_sweep(df, pcols, skipped)
     assert "No data for this section: the experiments use 1 encoder(s)" in html
     assert "No data for this section: the experiments have 1 value(s) of protocol.n_episodes" in md
     assert "<script" not in html and not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)", html)
@@ -272,5 +280,5 @@ def test_queued_sweep_shares_the_cache_and_audits(tmp_path):
     m.write_text(m.read_text().replace('"point": 0.', '"point": 9.', 1))
     r = _run([wmeval, "audit", "blobs/reversed/fd_stratified"], proj, env, check=False)
     assert r.returncode == 2 and "refusing to audit" in r.stderr
-    assert f"reports/metrics.json (out of stage 'bootstrap'): md5 " in r.stderr and f"dvc.lock expects {expected}" \
+    assert "reports/metrics.json (out of stage 'bootstrap'): md5 " in r.stderr and f"dvc.lock expects {expected}" \
         in r.stderr

@@ -2,10 +2,19 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from wmeval.errors import WmevalError
+from wmeval.core.errors import WmevalError
 from wmeval.rollouts import run_world
-from wmeval.tables import (KEY_COLUMNS, atomic_dir, decode_frames, read_metadata, read_table,
-                           rollout_table, tensor_numpy, with_metadata, write_table)
+from wmeval.tables import (
+    KEY_COLUMNS,
+    atomic_dir,
+    decode_frames,
+    read_metadata,
+    read_table,
+    rollout_table,
+    tensor_numpy,
+    with_metadata,
+    write_table,
+)
 
 
 def _table(frame_dtype="float32"):

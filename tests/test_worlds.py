@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from wmeval.rng import make_rng
+from wmeval.core.rng import make_rng
 from wmeval.worlds import BlobWorld, PendulumWorld, rollout_states
 from wmeval.worlds.blobs import render_blobs
 from wmeval.worlds.pendulum import logged_transitions

@@ -8,12 +8,13 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import WmevalError
+from wmeval.core.errors import WmevalError
 
 
 def _cmd_compose(args: argparse.Namespace) -> int:
-    from .config import PARAMS_FILE, compose_text, find_root, validate_params
     import yaml
+
+    from wmeval.core.config import PARAMS_FILE, compose_text, find_root, validate_params
 
     root = find_root()
     text = compose_text(args.overrides, root)
@@ -30,7 +31,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         print(f"\n{out} is stale: run `wmeval compose{' ' + ' '.join(args.overrides) if args.overrides else ''}`",
               file=sys.stderr)
         return 1
-    from .tables import atomic_write_text
+    from wmeval.tables import atomic_write_text
 
     atomic_write_text(out, text)
     print(f"wrote {out}")
@@ -38,8 +39,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
 
 
 def _cmd_episodes(args: argparse.Namespace) -> int:
-    from .config import load_params
-    from .rollouts import export_episodes
+    from wmeval.core.config import load_params
+    from wmeval.rollouts import export_episodes
 
     params = load_params(args.params)
     if args.world not in params.worlds:
@@ -50,7 +51,7 @@ def _cmd_episodes(args: argparse.Namespace) -> int:
 
 
 def _cmd_weights(args: argparse.Namespace) -> int:
-    from .weights import WEIGHTS, expected, fetch, status, weights_dir
+    from wmeval.encoders.weights import WEIGHTS, expected, fetch, status, weights_dir
 
     directory = weights_dir(args.dir)
     if args.action == "list":
@@ -70,8 +71,8 @@ def _cmd_weights(args: argparse.Namespace) -> int:
 def _cmd_audit(args: argparse.Namespace) -> int:
     import json
 
-    from .audit import format_lineage, lineage
-    from .config import find_root
+    from wmeval.core.config import find_root
+    from wmeval.lineage.audit import format_lineage, lineage
 
     root = Path(args.root).resolve() if args.root else find_root()
     lin = lineage(root, args.metric, args.condition)
@@ -83,8 +84,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .config import find_root
-    from .sweep import sweep_report
+    from wmeval.core.config import find_root
+    from wmeval.sweep import sweep_report
 
     root = Path(args.root).resolve() if args.root else find_root()
     out = Path(args.out) if args.out else root / "reports" / "sweep"

@@ -4,7 +4,7 @@ A sweep is a set of DVC experiments (``dvc exp run --queue -S ...`` then ``dvc q
 :func:`collect` reads ``dvc exp show --json`` (each experiment's params and its
 ``reports/metrics.json`` values) into a tidy table, one row per (experiment, world, source,
 metric, condition) with the swept params as columns; :func:`sweep_report` writes it as Parquet
-and CSV and renders the sweep report (HTML through :mod:`wmeval.htmlpage`, and Markdown):
+and CSV and renders the sweep report (HTML through :mod:`wmeval.rendering.htmlpage`, and Markdown):
 
 * FD against 1/N over the ``protocol.n_episodes`` values, with a least-squares line whose
   intercept estimates FD at infinitely many episodes;
@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .document import Doc, Table, flatten, inline, to_html, to_markdown
-from .errors import WmevalError
-from .htmlpage import figure_svg
+from wmeval.core.errors import WmevalError
+from wmeval.metrics import REGISTRY
+from wmeval.rendering.document import Doc, Table, flatten, inline, to_html, to_markdown
+from wmeval.rendering.htmlpage import figure_svg, new_figure
+from wmeval.tables import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +252,7 @@ def fd_vs_n(df: pd.DataFrame, pcols: list[str], metric: str = "fd") -> tuple[pd.
     return pd.DataFrame(rows), None
 
 
-def best_of_k(df: pd.DataFrame, pcols: list[str], metric: str = "best_of_k_mse") -> tuple[pd.DataFrame, str | None]:
+def best_of_k_vs_k(df: pd.DataFrame, pcols: list[str], metric: str = "best_of_k_mse") -> tuple[pd.DataFrame, str | None]:
     """Best-of-K error against K: one row per (world, source, condition, other params, K)."""
     pcols = group_keys(df, pcols)
     exps = df[(df.kind == "experiment") & (df.metric == metric)]
@@ -265,8 +267,6 @@ def best_of_k(df: pd.DataFrame, pcols: list[str], metric: str = "best_of_k_mse")
 
 
 def _badness(metric: str, values: np.ndarray) -> np.ndarray:
-    from .metrics import REGISTRY
-
     info = REGISTRY.get(metric)
     if info is None or not info.ranked:
         return np.full(len(values), np.nan)
@@ -395,24 +395,126 @@ def _params_label(row: pd.Series | dict, cols: list[str]) -> str:
     return ", ".join(f"{c}={row[c]}" for c in cols) if cols else "-"
 
 
-def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) -> tuple[str, str]:
-    """The sweep report as ``(html, markdown)``.
+def _fd_vs_n_section(d: Doc, fits: pd.DataFrame, pcols: list[str], level: float) -> None:
+    """FD against 1/N with the FD-infinity intercept: a table and one figure per pooled condition."""
+    others = _other(pcols, N_KEY)
+    d.p("Plug-in FD is biased upward by a term that shrinks like 1/N. For each model and condition, an "
+        "ordinary least-squares line FD = a + b/N is fitted to the point estimates at the swept "
+        f"{N_KEY} values; its intercept a estimates FD at infinitely many episodes. The interval of a is a "
+        "normal approximation: a is a linear combination of the points, and each point's standard error "
+        f"is read off its bootstrap interval (width / 2z); the experiments are treated as independent, "
+        "although they share their first episodes (same seed), so the interval is approximate. With two "
+        "N values the line passes through both points. For comparison, the pipeline's own fd_infinity "
+        "(extrapolated within the largest run) is shown. Pooled conditions only; every condition is in "
+        "fd_vs_n.csv.")
+    rows = [[r.world, r.source, r.condition, _params_label(r, others),
+             "; ".join(f"N={n}: {_iv(*pt)}" for n, pt in zip(r.n_values, r.points)),
+             _iv(r.intercept, r.low, r.high), _num(r.slope),
+             _iv(*r.fd_infinity_largest_n) if r.fd_infinity_largest_n else "n/a"]
+            for _, r in fits.iterrows() if _headline(r.condition)]
+    _table(d, ["world", "source", "condition", "other params", "FD at N", "FD-infinity (intercept)", "slope",
+               "fd_infinity at the largest N"], rows)
+    for (world, cond), g in fits.groupby(["world", "condition"]):
+        if "pooled" not in cond:
+            continue
+        fig, ax = new_figure(5.6, 3.4)
+        for _, r in g.iterrows():
+            x = 1.0 / np.asarray(r.n_values, float)
+            pts = np.asarray(r.points, float)
+            lab = r.source + (f" ({_params_label(r, others)})" if others else "")
+            line = _bars(ax, x, pts[:, 0], pts[:, 1], pts[:, 2], "o", label=lab)
+            xs = np.linspace(0, x.max(), 20)
+            ax.plot(xs, r.intercept + r.slope * xs, "--", color=line.get_color(), lw=1)
+            _bars(ax, [0.0], [r.intercept], [r.low], [r.high], "s", color=line.get_color())
+        ax.set_xlabel("1 / n_episodes")
+        ax.set_ylabel("FD")
+        ax.legend(fontsize=6)
+        _figure(d, fig, f"{world}, {cond}: FD against 1/N with {level:.0%} intervals; squares at 1/N = 0 are the "
+                        "fitted FD-infinity with its interval.")
 
-    Args:
-        df: the tidy table (:func:`collect`).
-        pcols: its param columns.
-        skipped: experiments without results.
-    """
-    from .htmlpage import new_figure
 
-    d = Doc()
-    level = _level(df)
-    all_pcols, pcols = pcols, group_keys(df, pcols)
+def _best_of_k_section(d: Doc, bk: pd.DataFrame, pcols: list[str], level: float) -> None:
+    """Best-of-K error against K (one experiment per K): a table and a figure."""
+    others = _other(pcols, K_KEY)
+    d.p("best_of_k_mse: per realized future, the smallest open-loop error among the model's first K samples. "
+        "Each K is a separate experiment with its own samples, so unlike the nested-pool curve within one "
+        "run it need not be monotone. Deterministic models have K = 1 whatever the setting. Condition "
+        "'all' only; every condition is in best_of_k.csv.")
+    rows = []
+    for key, g in bk.groupby(["world", "source", "condition", *others], dropna=False, sort=True):
+        rec = dict(zip(["world", "source", "condition", *others], key))
+        if not _headline(rec["condition"]):
+            continue
+        rows.append([rec["world"], rec["source"], rec["condition"], _params_label(rec, others),
+                     "; ".join(f"K={int(r[K_KEY])}: {_iv(r.point, r.low, r.high)}" for _, r in g.iterrows())])
+    _table(d, ["world", "source", "condition", "other params", "best_of_k_mse at K"], rows)
+    for (world, cond), g in bk.groupby(["world", "condition"]):
+        if cond != "open_loop/all":
+            continue
+        fig, ax = new_figure(5.6, 3.4)
+        for key, h in g.groupby(["source", *others], dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            _bars(ax, h[K_KEY].astype(float).to_numpy(), h.point.to_numpy(), h.low.to_numpy(),
+                  h.high.to_numpy(), "o-", label=", ".join(str(k) for k in key))
+        ax.set_xlabel("K (protocol.num_samples)")
+        ax.set_ylabel("best_of_k_mse")
+        ax.legend(fontsize=6)
+        _figure(d, fig, f"{world}, {cond}: best-of-K error against K with {level:.0%} intervals.")
+
+
+def _encoder_section(d: Doc, es: pd.DataFrame, pcols: list[str], level: float) -> None:
+    """Kendall tau between the model rankings under two encoders, with the flipped pairs."""
+    others = _other(pcols, ENC_KEY)
+    d.p("For each feature metric and condition, the models (ground truth excluded) are ranked under each "
+        "encoder by the metric's direction; Kendall's tau (scipy.stats.kendalltau, tau-b) compares the two "
+        "rankings (1: same order). Tau has no interval here: it is computed from point estimates. A flipped "
+        "pair is marked 'within noise' when the two models' intervals overlap under either encoder. Pooled "
+        "and weighted conditions only; every condition is in encoder_sensitivity.csv.")
+    rows = [[r.world, r.metric, r.condition, _params_label(r, others), f"{r.encoder_a} vs {r.encoder_b}",
+             str(r.n_models), _num(r.kendall_tau),
+             "; ".join(f"{p}{' (within noise)' if n else ''}" for p, n in
+                       zip(r.flipped_pairs, r.flips_within_noise)) or "none"]
+            for _, r in es.iterrows() if _headline(r.condition)]
+    _table(d, ["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
+               "flipped pairs"], rows)
+
+
+def _stability_section(d: Doc, st: pd.DataFrame, pcols: list[str], level: float) -> None:
+    """Metrics whose intervals do not share a value across the swept sample counts."""
+    others = _other(pcols, N_KEY, K_KEY)
+    n_ok = int(st.intervals_overlap.sum())
+    d.p(f"Each metric, model and condition across the swept sample counts ({N_KEY}, {K_KEY}) with the other "
+        f"params equal: {n_ok} of {len(st)} have intervals sharing a common value (consistent with one "
+        "quantity measured with more or fewer samples); the others move by more than their intervals "
+        "(e.g. a biased estimator such as plug-in FD). Listed below: those that move, largest relative "
+        "spread first (all rows are in stability.csv).")
+    moved = st[~st.intervals_overlap].sort_values("rel_spread", ascending=False).head(40)
+    rows = [[r.world, r.source, r.metric, r.condition, _params_label(r, others), str(r.settings),
+             f"{_num(r.min_point)} to {_num(r.max_point)}", _num(r.rel_spread), _num(r.width_smallest),
+             _num(r.width_largest)] for _, r in moved.iterrows()]
+    if rows:
+        _table(d, ["world", "source", "metric", "condition", "other params", "settings", "point range",
+                   "relative spread", "interval width (fewest samples)", "interval width (most samples)"], rows)
+    else:
+        d.p("Every metric's intervals share a common value across the sample counts.")
+
+
+#: The report's analyses in order: heading, the analysis (a table, or why there is none), its renderer.
+SECTIONS = (
+    ("FD against 1/N", fd_vs_n, _fd_vs_n_section),
+    ("Best-of-K against K", best_of_k_vs_k, _best_of_k_section),
+    ("Encoder sensitivity", encoder_sensitivity, _encoder_section),
+    ("Stability across sample counts", stability, _stability_section),
+)
+
+
+def _experiments_section(d: Doc, df: pd.DataFrame, all_pcols: list[str], pcols: list[str],
+                         skipped: list[dict[str, Any]]) -> None:
     runs = df.drop_duplicates("experiment")[["experiment", "rev", "kind", *pcols]]
     exps = runs[runs.kind == "experiment"]
     d.h(1, "wmeval sweep")
     d.p(f"{len(exps)} experiment(s) from `dvc exp show`; every number is a point estimate with its "
-        f"{level:.0%} episode-clustered bootstrap interval [low, high] where one exists.", "lede")
+        f"{_level(df):.0%} episode-clustered bootstrap interval [low, high] where one exists.", "lede")
     d.h(2, "Experiments")
     _table(d, ["experiment", "rev", "kind", *pcols],
               [[r.experiment, str(r.rev)[:7], r.kind, *[_num(r[c]) for c in pcols]] for _, r in runs.iterrows()])
@@ -423,121 +525,26 @@ def render(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) ->
         d.p("Without results (not in the analyses): " + "; ".join(f"{s['experiment']}: {s['why']}" for s in skipped),
             "warn")
 
-    # FD against 1/N
-    d.h(2, "FD against 1/N")
-    fits, why = fd_vs_n(df, pcols)
-    if why:
-        d.p(f"No data for this section: {why}.", "warn")
-    else:
-        others = _other(pcols, N_KEY)
-        d.p("Plug-in FD is biased upward by a term that shrinks like 1/N. For each model and condition, an "
-            "ordinary least-squares line FD = a + b/N is fitted to the point estimates at the swept "
-            f"{N_KEY} values; its intercept a estimates FD at infinitely many episodes. The interval of a is a "
-            "normal approximation: a is a linear combination of the points, and each point's standard error "
-            f"is read off its bootstrap interval (width / 2z); the experiments are treated as independent, "
-            "although they share their first episodes (same seed), so the interval is approximate. With two "
-            "N values the line passes through both points. For comparison, the pipeline's own fd_infinity "
-            "(extrapolated within the largest run) is shown. Pooled conditions only; every condition is in "
-            "fd_vs_n.csv.")
-        rows = [[r.world, r.source, r.condition, _params_label(r, others),
-                 "; ".join(f"N={n}: {_iv(*pt)}" for n, pt in zip(r.n_values, r.points)),
-                 _iv(r.intercept, r.low, r.high), _num(r.slope),
-                 _iv(*r.fd_infinity_largest_n) if r.fd_infinity_largest_n else "n/a"]
-                for _, r in fits.iterrows() if _headline(r.condition)]
-        _table(d, ["world", "source", "condition", "other params", "FD at N", "FD-infinity (intercept)", "slope",
-                   "fd_infinity at the largest N"], rows)
-        for (world, cond), g in fits.groupby(["world", "condition"]):
-            if "pooled" not in cond:
-                continue
-            fig, ax = new_figure(5.6, 3.4)
-            for _, r in g.iterrows():
-                x = 1.0 / np.asarray(r.n_values, float)
-                pts = np.asarray(r.points, float)
-                lab = r.source + (f" ({_params_label(r, others)})" if others else "")
-                line = _bars(ax, x, pts[:, 0], pts[:, 1], pts[:, 2], "o", label=lab)
-                xs = np.linspace(0, x.max(), 20)
-                ax.plot(xs, r.intercept + r.slope * xs, "--", color=line.get_color(), lw=1)
-                _bars(ax, [0.0], [r.intercept], [r.low], [r.high], "s", color=line.get_color())
-            ax.set_xlabel("1 / n_episodes")
-            ax.set_ylabel("FD")
-            ax.legend(fontsize=6)
-            _figure(d, fig, f"{world}, {cond}: FD against 1/N with {level:.0%} intervals; squares at 1/N = 0 are the "
-                            "fitted FD-infinity with its interval.")
 
-    # best-of-K
-    d.h(2, "Best-of-K against K")
-    bk, why = best_of_k(df, pcols)
-    if why:
-        d.p(f"No data for this section: {why}.", "warn")
-    else:
-        others = _other(pcols, K_KEY)
-        d.p("best_of_k_mse: per realized future, the smallest open-loop error among the model's first K samples. "
-            "Each K is a separate experiment with its own samples, so unlike the nested-pool curve within one "
-            "run it need not be monotone. Deterministic models have K = 1 whatever the setting. Condition "
-            "'all' only; every condition is in best_of_k.csv.")
-        rows = []
-        for key, g in bk.groupby(["world", "source", "condition", *others], dropna=False, sort=True):
-            rec = dict(zip(["world", "source", "condition", *others], key))
-            if not _headline(rec["condition"]):
-                continue
-            rows.append([rec["world"], rec["source"], rec["condition"], _params_label(rec, others),
-                         "; ".join(f"K={int(r[K_KEY])}: {_iv(r.point, r.low, r.high)}" for _, r in g.iterrows())])
-        _table(d, ["world", "source", "condition", "other params", "best_of_k_mse at K"], rows)
-        for (world, cond), g in bk.groupby(["world", "condition"]):
-            if cond != "open_loop/all":
-                continue
-            fig, ax = new_figure(5.6, 3.4)
-            for key, h in g.groupby(["source", *others], dropna=False):
-                key = key if isinstance(key, tuple) else (key,)
-                _bars(ax, h[K_KEY].astype(float).to_numpy(), h.point.to_numpy(), h.low.to_numpy(),
-                      h.high.to_numpy(), "o-", label=", ".join(str(k) for k in key))
-            ax.set_xlabel("K (protocol.num_samples)")
-            ax.set_ylabel("best_of_k_mse")
-            ax.legend(fontsize=6)
-            _figure(d, fig, f"{world}, {cond}: best-of-K error against K with {level:.0%} intervals.")
+def render_sweep(df: pd.DataFrame, pcols: list[str], skipped: list[dict[str, Any]]) -> tuple[str, str]:
+    """The sweep report as ``(html, markdown)``.
 
-    # encoder sensitivity
-    d.h(2, "Encoder sensitivity")
-    es, why = encoder_sensitivity(df, pcols)
-    if why:
-        d.p(f"No data for this section: {why}.", "warn")
-    else:
-        others = _other(pcols, ENC_KEY)
-        d.p("For each feature metric and condition, the models (ground truth excluded) are ranked under each "
-            "encoder by the metric's direction; Kendall's tau (scipy.stats.kendalltau, tau-b) compares the two "
-            "rankings (1: same order). Tau has no interval here: it is computed from point estimates. A flipped "
-            "pair is marked 'within noise' when the two models' intervals overlap under either encoder. Pooled "
-            "and weighted conditions only; every condition is in encoder_sensitivity.csv.")
-        rows = [[r.world, r.metric, r.condition, _params_label(r, others), f"{r.encoder_a} vs {r.encoder_b}",
-                 str(r.n_models), _num(r.kendall_tau),
-                 "; ".join(f"{p}{' (within noise)' if n else ''}" for p, n in
-                           zip(r.flipped_pairs, r.flips_within_noise)) or "none"]
-                for _, r in es.iterrows() if _headline(r.condition)]
-        _table(d, ["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
-                   "flipped pairs"], rows)
-
-    # stability
-    d.h(2, "Stability across sample counts")
-    st, why = stability(df, pcols)
-    if why:
-        d.p(f"No data for this section: {why}.", "warn")
-    else:
-        others = _other(pcols, N_KEY, K_KEY)
-        n_ok = int(st.intervals_overlap.sum())
-        d.p(f"Each metric, model and condition across the swept sample counts ({N_KEY}, {K_KEY}) with the other "
-            f"params equal: {n_ok} of {len(st)} have intervals sharing a common value (consistent with one "
-            "quantity measured with more or fewer samples); the others move by more than their intervals "
-            "(e.g. a biased estimator such as plug-in FD). Listed below: those that move, largest relative "
-            "spread first (all rows are in stability.csv).")
-        moved = st[~st.intervals_overlap].sort_values("rel_spread", ascending=False).head(40)
-        rows = [[r.world, r.source, r.metric, r.condition, _params_label(r, others), str(r.settings),
-                 f"{_num(r.min_point)} to {_num(r.max_point)}", _num(r.rel_spread), _num(r.width_smallest),
-                 _num(r.width_largest)] for _, r in moved.iterrows()]
-        if rows:
-            _table(d, ["world", "source", "metric", "condition", "other params", "settings", "point range",
-                       "relative spread", "interval width (fewest samples)", "interval width (most samples)"], rows)
+    Args:
+        df: the tidy table (:func:`collect`).
+        pcols: its param columns.
+        skipped: experiments without results.
+    """
+    d = Doc()
+    level = _level(df)
+    grouped = group_keys(df, pcols)
+    _experiments_section(d, df, pcols, grouped, skipped)
+    for heading, analysis, section in SECTIONS:
+        d.h(2, heading)
+        table, why = analysis(df, grouped)
+        if why:
+            d.p(f"No data for this section: {why}.", "warn")
         else:
-            d.p("Every metric's intervals share a common value across the sample counts.")
+            section(d, table, grouped, level)
     return to_html(d, "wmeval sweep"), to_markdown(d)
 
 
@@ -558,8 +565,6 @@ def sweep_report(root: Path, out: Path, all_commits: bool = False,
     Raises:
         WmevalError: no experiment with results, or ``dvc exp show`` fails.
     """
-    from .tables import atomic_write_text
-
     df, pcols, skipped = collect(exp_show(root, all_commits) if show is None else show)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -571,14 +576,14 @@ def sweep_report(root: Path, out: Path, all_commits: bool = False,
     os.replace(tmp, pq_path)
     written.append(pq_path)
     for name, frame in (("sweep.csv", df),
-                        ("fd_vs_n.csv", fd_vs_n(df, pcols)[0]), ("best_of_k.csv", best_of_k(df, pcols)[0]),
+                        ("fd_vs_n.csv", fd_vs_n(df, pcols)[0]), ("best_of_k.csv", best_of_k_vs_k(df, pcols)[0]),
                         ("encoder_sensitivity.csv", encoder_sensitivity(df, pcols)[0]),
                         ("stability.csv", stability(df, pcols)[0])):
         if name != "sweep.csv" and frame.empty:
             continue
         atomic_write_text(out / name, frame.to_csv(index=False))
         written.append(out / name)
-    html, md = render(df, pcols, skipped)
+    html, md = render_sweep(df, pcols, skipped)
     atomic_write_text(out / "sweep.html", html)
     atomic_write_text(out / "sweep.md", md)
     written += [out / "sweep.html", out / "sweep.md"]

@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import ConfigError, ModelOutputError
+from wmeval.core.errors import ConfigError, ModelOutputError
 
 
 class History:

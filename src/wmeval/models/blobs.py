@@ -17,7 +17,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..worlds.blobs import BlobWorld, render_blobs
+from wmeval.worlds.blobs import BlobWorld, render_blobs
+
 from .base import History, Prediction
 
 Mode = Literal["sharp-A", "sharp-B", "mean", "stochastic", "reversed"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelOutputError
-from ..worlds.base import rollout_states
+from wmeval.core.errors import ModelOutputError
+from wmeval.worlds.base import rollout_states
+
 from .base import History, Prediction
 
 

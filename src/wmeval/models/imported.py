@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelOutputError
+from wmeval.core.errors import ModelOutputError
+
 from .base import Prediction, check_frames, check_states
 
 FORMAT = "wmeval-predictions/1"

@@ -21,7 +21,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..worlds.pendulum import DT, logged_transitions
+from wmeval.worlds.pendulum import DT, logged_transitions
+
 from .base import History, Prediction
 
 FeatureName = Literal["linear", "action-blind", "sin-features"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
+from wmeval.core.errors import ConfigError
+
 from .base import Plan, World, rollout_states
 from .blobs import BlobWorld
 from .pendulum import PendulumWorld

@@ -95,6 +95,11 @@ class World(Protocol):
 
     outcome_event_name: str
 
+    #: The initial-state distribution of the evaluation episodes, in words (protocol cards).
+    initial_states_text: str
+    #: The measure ``nll`` is taken against (a density or a mass), in words (protocol cards).
+    nll_base_measure: str
+
     def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """The declared binary event of a rollout (start and end states ``(..., D)``) for reliability."""
 

@@ -155,6 +155,12 @@ class BlobWorld:
         states = np.asarray(states, dtype=np.float64)
         return render_blobs(states[..., 0], states[..., 1], self.size, self.sigma)
 
+    nll_base_measure = "counting measure on each step's outcomes (short or long step): a mass, nats per step"
+
+    @property
+    def initial_states_text(self) -> str:
+        return f"x uniform on the {self.size}-px torus, y uniform in [{self.y_low}, {self.y_high}]"
+
     def describe(self) -> dict:
         d = asdict(self)
         d.update(kind="blobs", actions=ACTIONS, wrap="periodic in x", stochastic=True,

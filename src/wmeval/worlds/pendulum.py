@@ -160,6 +160,12 @@ class PendulumWorld:
         img = np.clip(np.maximum(rod, bob), 0.0, 1.0).astype(np.float32)
         return img.reshape(*lead, size, size, 1)
 
+    nll_base_measure = "Lebesgue measure on the state (theta in rad, omega in rad/s): a density, nats per step"
+
+    @property
+    def initial_states_text(self) -> str:
+        return f"uniform in [{list(self.init_low)}, {list(self.init_high)}] (theta, omega)"
+
     def describe(self) -> dict:
         d = asdict(self)
         d.update(kind="pendulum", dynamics="seed 002 env_step (semi-implicit Euler)",

@@ -1,0 +1,284 @@
+"""The bootstrap stage: paired, episode-clustered intervals for every metric and horizon step.
+
+Each world has one resampling of each unit's episodes (observation, dynamics and
+control episodes), shared by every model and metric of that unit: the intervals
+are paired. A replicate of a metric is ``sum(c * value) / sum(c * denominator)``
+over episodes with multiplicities ``c``, then the metric's aggregate (identity, or
+the square root for RMSE). Episodes without a value get weight 0 and are counted
+out in ``n_clusters``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from wmeval.core.config import Params
+from wmeval.core.errors import WmevalError
+from wmeval.core.rng import make_rng
+from wmeval.estimators.distributional import Settings, replicates, view_sets
+from wmeval.estimators.resample import (
+    percentile_interval,
+    ratio_replicates,
+    resample_counts,
+)
+from wmeval.metrics import REGISTRY, psnr_from_mse
+from wmeval.tables import KEY_COLUMNS as KEYS
+from wmeval.tables import (
+    atomic_dir,
+    atomic_write_text,
+    read_metadata,
+    read_table,
+    write_table,
+)
+
+
+def _finish(x: np.ndarray, aggregate: str) -> np.ndarray:
+    if aggregate == "sqrt_mean":
+        return np.sqrt(np.maximum(x, 0.0))
+    if aggregate == "psnr":
+        return psnr_from_mse(x)
+    return x
+
+
+def _interval(reps: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval of the defined replicates (+inf counts: an infinite NLL is a value)."""
+    ok = reps[~np.isnan(reps)]
+    if ok.size == 0:
+        return float("nan"), float("nan")
+    if np.all(np.isposinf(ok)):
+        return float("inf"), float("inf")
+    alpha = (1.0 - level) / 2.0
+    return (float(np.quantile(ok, alpha, method="lower")) if np.isinf(ok).any() else float(np.quantile(ok, alpha)),
+            float(np.quantile(ok, 1 - alpha, method="higher")) if np.isinf(ok).any()
+            else float(np.quantile(ok, 1 - alpha)))
+
+
+def summarize(key: dict, sources: list[str], point: np.ndarray, reps: np.ndarray, n_clusters: np.ndarray, boot,
+              base: str | None, interval: str = "percentile", n_resamples: int | None = None) -> list[dict]:
+    """Rows of one group: point, interval, paired difference to the baseline, P(better), rank interval.
+
+    ``reps`` ``(B, S)`` are the replicates of every source on the same resampled episodes.
+    ``interval="basic"`` reflects the replicates around the point (``2 point - q``), the interval of
+    a bias-corrected estimate.
+    """
+    info = REGISTRY[key["metric"]]
+    level = boot.confidence_level
+    undefined = np.isnan(reps).mean(axis=0)
+    lo, hi = np.full(len(sources), np.nan), np.full(len(sources), np.nan)
+    for j in range(len(sources)):
+        if undefined[j] < 1.0 and not np.isnan(point[j]):
+            lo[j], hi[j] = _interval(reps[:, j], level)
+            if interval == "basic":
+                lo[j], hi[j] = 2 * point[j] - hi[j], 2 * point[j] - lo[j]
+    diff = np.full((3, len(sources)), np.nan)
+    p_better = np.full(len(sources), np.nan)
+    if base in sources and info.ranked:
+        b = sources.index(base)
+        with np.errstate(invalid="ignore"):
+            d_reps = reps - reps[:, [b]]
+            better = info.badness(reps) < info.badness(reps[:, [b]])
+        for j in range(len(sources)):
+            ok = np.isfinite(d_reps[:, j])
+            if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):
+                diff[0, j] = point[j] - point[b]
+                diff[1, j], diff[2, j] = percentile_interval(d_reps[ok, j], level)
+                p_better[j] = float(better[ok, j].mean())
+    # Rank among the models (ground truth excluded) in every replicate: 1 is best.
+    rank = np.full((3, len(sources)), np.nan)
+    models = [j for j, s in enumerate(sources) if s != "ground_truth"]
+    if info.ranked and len(models) > 1:
+        bad = np.asarray(info.badness(reps[:, models]), dtype=np.float64)
+        bad = np.where(np.isnan(bad), np.inf, bad)
+        r = bad.argsort(axis=1).argsort(axis=1) + 1.0
+        pb = np.asarray(info.badness(point[models]), dtype=np.float64)
+        pr = np.where(np.isnan(pb), np.inf, pb).argsort().argsort() + 1.0
+        for i, j in enumerate(models):
+            rank[0, j] = pr[i]
+            rank[1, j], rank[2, j] = np.quantile(r[:, i], [(1 - level) / 2, 1 - (1 - level) / 2], method="nearest")
+    rows = []
+    for i, src in enumerate(sources):
+        rows.append({**key, "source": src, "point": float(point[i]), "low": float(lo[i]),
+                     "high": float(hi[i]), "baseline": base, "diff_point": float(diff[0, i]),
+                     "diff_low": float(diff[1, i]), "diff_high": float(diff[2, i]),
+                     "p_better": float(p_better[i]), "rank": float(rank[0, i]), "rank_low": float(rank[1, i]),
+                     "rank_high": float(rank[2, i]), "n_clusters": int(n_clusters[i]),
+                     "n_resamples": int(n_resamples or boot.n_resamples), "confidence_level": level,
+                     "method": interval if interval != "percentile" else boot.method,
+                     "resampling_unit": f"{key['unit']} episode",
+                     "undefined_replicates": float(undefined[i]), "aggregate": info.aggregate})
+    return rows
+
+
+def intervals(df: pd.DataFrame, by: list[str], counts_for, boot, baselines: dict[str, str | None] | None = None,
+              keep: dict | None = None) -> pd.DataFrame:
+    """Interval rows for every group in ``by`` (which must include world, metric, unit), one per source.
+
+    With a baseline model for the world, each row also carries the paired difference to it
+    (``diff_*``: same resampled episodes for both) and ``p_better``, the share of replicates in
+    which the model is better than the baseline (by the metric's direction). ``keep`` collects
+    the replicates per group key (for derived metrics).
+    """
+    rows = []
+    for key, g in df.groupby(by, observed=True, sort=True):
+        key = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        info = REGISTRY[key["metric"]]
+        num = g.pivot(index="source", columns="episode", values="value")
+        den = g.pivot(index="source", columns="episode", values="denominator").reindex_like(num)
+        present = ~np.isnan(num.to_numpy())
+        v = np.where(present, num.to_numpy(), 0.0)
+        d = np.where(present, den.to_numpy(), 0.0)
+        c = counts_for(key["world"], key["unit"])[:, num.columns.to_numpy()]   # (B, n)
+        # A replicate can be undefined (a ratio over resampled episodes with zero denominator,
+        # e.g. precision when no event is predicted): the interval uses the defined replicates
+        # and the share of undefined ones is reported beside it.
+        # +inf values (an NLL of zero mass) make every resample that draws them +inf (0 * inf is not 0).
+        inf = np.isposinf(v)
+        v = np.where(inf, 0.0, v)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps = _finish(ratio_replicates(v, d, c), info.aggregate)             # (B, S)
+            point = _finish(v.sum(axis=1) / d.sum(axis=1), info.aggregate)
+        if inf.any():
+            reps[(c @ inf.T.astype(np.int64)) > 0] = np.inf
+            point[inf.any(axis=1)] = np.inf
+        sources = list(num.index)
+        if keep is not None:
+            keep[tuple(key.values())] = (sources, point, reps, present.sum(axis=1))
+        rows += summarize(key, sources, point, reps, present.sum(axis=1), boot, (baselines or {}).get(key["world"]))
+    return pd.DataFrame(rows)
+
+
+def psnr_gap_rows(kept: dict, by: list[str], boot, baselines: dict) -> list[dict]:
+    """``psnr - psnr_pooled`` from the same replicates (same resampled episodes)."""
+    rows = []
+    for k, (sources, point, reps, n) in kept.items():
+        key = dict(zip(by, k))
+        if key["metric"] != "psnr":
+            continue
+        other = kept.get(tuple({**key, "metric": "psnr_pooled"}.values()))
+        if other is None or other[0] != sources:
+            continue
+        rows += summarize({**key, "metric": "psnr_gap"}, sources, point - other[1], reps - other[2], n, boot,
+                          baselines.get(key["world"]))
+    return rows
+
+
+def distributional_rows(params: Params, stats: Path, rollouts: Path, features: Path, protocol: dict, counts_for,
+                        baselines: dict) -> pd.DataFrame:
+    """FD (pooled, strata, stratified), KID, FD-infinity and bias-corrected FD intervals per world."""
+    boot, sc = params.bootstrap, params.scoring
+    pts = pd.read_parquet(stats / "distributional.parquet")
+    if pts.empty:
+        return pd.DataFrame()
+    settings = Settings(strata_weights=sc.strata_weights, min_stratum_count=sc.min_stratum_count, seed=sc.seed)
+    B = boot.n_resamples_distributional
+    rows = []
+    for world, wp in protocol["worlds"].items():
+        wpts = pts[pts.world == world]
+        if wpts.empty:
+            continue
+        fe_dir = features / params.encoder.name / world
+        truth = read_table(rollouts / world / "ground_truth.parquet")
+        truth_emb = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
+        embs = {m: read_table(fe_dir / f"{m}.parquet", columns=[*KEYS, "embedding"]) for m in wp["models"]}
+        clip = read_metadata(fe_dir / "ground_truth.parquet")["clip"] is not None
+        sets, _ = view_sets(truth, truth_emb, embs, sc.views, clip, wp["n_episodes"], wp["horizon"], sc.strata,
+                            list(map(float, sc.action_bins)), str(fe_dir))
+        counts = counts_for(world, "observation", B)
+        with tqdm(total=B * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False, mininterval=5) as bar:
+            reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar)
+        base = baselines.get(world)
+        for r in reps:
+            sel = wpts[(wpts.metric == r.metric) & (wpts.condition == r.condition)].set_index("source")
+            point = sel.value.reindex(r.sources).to_numpy(dtype=np.float64)
+            key = {"world": world, "metric": r.metric, "regime": "open_loop", "condition": r.condition,
+                   "unit": "observation"}
+            n = np.full(len(r.sources), wp["n_episodes"])
+            rows += summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B)
+            if r.metric == "fd" and r.condition.endswith(":pooled"):
+                # Bootstrap bias correction: 2 FD - mean(FD*). Its interval is the basic interval of the
+                # plug-in replicates, [2 FD - q_hi, 2 FD - q_lo]: replicates shifted by -2 bias and reflected
+                # around the corrected point give exactly that.
+                bias = np.nanmean(r.values, axis=0) - point
+                rows += summarize({**key, "metric": "fd_bias_corrected"}, r.sources, point - bias,
+                                  r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
+                fi = wpts[(wpts.metric == "fd_infinity") & (wpts.condition == r.condition)].set_index("source")
+                if len(fi):
+                    fpoint = fi.value.reindex(r.sources).to_numpy(dtype=np.float64)
+                    # The plug-in replicates' spread, centred on FD-infinity (percentile interval).
+                    rows += summarize({**key, "metric": "fd_infinity"}, r.sources, fpoint,
+                                      fpoint + (r.values - np.nanmean(r.values, axis=0)), n, boot, base,
+                                      n_resamples=B)
+    return pd.DataFrame(rows)
+
+
+def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path, out: Path, metrics_file: Path) -> None:
+    """Intervals from ``stats`` (and, for the distributional metrics, the ``rollouts`` and ``features``
+    tables) to ``out`` and ``metrics_file``."""
+    boot = params.bootstrap
+    episodes = pd.read_parquet(stats / "episodes.parquet")
+    curves = pd.read_parquet(stats / "curves.parquet")
+    kcurves = pd.read_parquet(stats / "kcurves.parquet")
+    if episodes.empty:
+        raise WmevalError(f"{stats / 'episodes.parquet'}: no rows")
+    protocol = json.loads((stats / "protocol.json").read_text())
+    cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def counts_for(world: str, unit: str, n_resamples: int | None = None) -> np.ndarray:
+        # One resampling per (world, unit), shared by every model and metric: paired intervals.
+        # The distributional replicates use the first B' rows of the same draw.
+        if (world, unit) not in cache:
+            n = protocol["worlds"][world]["units"][unit]
+            b = max(boot.n_resamples, boot.n_resamples_distributional)
+            cache[world, unit] = resample_counts(n, b, make_rng(boot.seed, "bootstrap", world, unit))
+        return cache[world, unit][: n_resamples or boot.n_resamples]
+
+    group = ["world", "metric", "regime", "condition", "unit"]
+    baselines = {w: wp.get("baseline") for w, wp in protocol["worlds"].items()}
+    kept: dict = {}
+    iv = intervals(episodes, group, counts_for, boot, baselines, keep=kept)
+    iv = pd.concat([iv, pd.DataFrame(psnr_gap_rows(kept, group, boot, baselines)),
+                    distributional_rows(params, stats, rollouts, features, protocol, counts_for, baselines)],
+                   ignore_index=True)
+    cv = intervals(curves, [*group, "t"], counts_for, boot)
+    kv = intervals(kcurves, [*group, "t"], counts_for, boot).rename(columns={"t": "k"}) if len(kcurves) else None
+    metrics: dict = {}
+    for r in iv.itertuples():
+        d = metrics.setdefault(r.world, {}).setdefault(r.source, {}).setdefault(r.metric, {})
+        d[f"{r.regime}/{r.condition}"] = {"point": r.point, "low": r.low, "high": r.high}
+        if r.baseline is not None and r.source != r.baseline and np.isfinite(r.diff_point):
+            d[f"{r.regime}/{r.condition}"].update(diff_to_baseline=r.diff_point, diff_low=r.diff_low,
+                                                  diff_high=r.diff_high, p_better=r.p_better)
+    protocol["bootstrap"] = {"n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
+                             "method": boot.method, "seed": boot.seed, "resampling_unit": "episode",
+                             "paired": True, "n_resamples_distributional": boot.n_resamples_distributional,
+                             "distributional": "FD and KID replicates recompute moments (kernel sums) from the "
+                                               "resampled episodes' rows weighted by multiplicity; the FD interval "
+                                               "is for the plug-in estimator (biased at finite N); "
+                                               "fd_bias_corrected (2 FD - mean FD*) carries the basic interval; "
+                                               "fd_infinity the plug-in replicates' spread centred on it",
+                             "strata": "strata are crossed with episodes (every episode runs every plan), so "
+                                       "resampling episodes resamples within every stratum at once",
+                             "rank": "rank among models per replicate (1 = best), percentile interval"}
+    with atomic_dir(out) as tmp:
+        write_table(pa.Table.from_pandas(iv, preserve_index=False), tmp / "intervals.parquet")
+        write_table(pa.Table.from_pandas(cv, preserve_index=False), tmp / "curves.parquet")
+        if kv is not None:
+            write_table(pa.Table.from_pandas(kv, preserve_index=False), tmp / "kcurves.parquet")
+        (tmp / "protocol.json").write_text(json.dumps(protocol, indent=2, sort_keys=True))
+    # NaN (an undefined ratio, e.g. precision without predicted events) is written as null.
+    text = json.dumps(_nan_to_none(metrics), indent=2, sort_keys=True)
+    atomic_write_text(metrics_file, text + "\n")
+
+
+def _nan_to_none(x):
+    if isinstance(x, dict):
+        return {k: _nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,280 @@
+"""A content-addressed, crash-safe store of embeddings shared by every DVC workspace.
+
+Layout: ``<root>/<encoder key>/<sha256 of the shard file>.parquet``. The encoder key
+is the sha256 of everything that changes embeddings (encoder id, kind, weights
+sha256, preprocessing, clip spec); a row key is the BLAKE2b digest of the bytes of
+the input (a frame or a clip) with its dtype and shape. Each shard holds
+``key`` (binary) and ``embedding`` rows.
+
+* The index of keys is read once per cache object (one per stage run and input
+  signature); embeddings are read only from the shards that hold requested rows.
+* Lookups embed only rows whose key is in no shard (a new model, a higher K, more
+  episodes); a warm re-run embeds nothing.
+* Shards are written to a temporary file, fsynced and renamed under a lock, in
+  chunks, so an interrupted run keeps every finished chunk and two DVC queue
+  workers sharing the cache never see a half-written file.
+* A shard is named by its own sha256: a truncated or corrupted file fails that
+  check on read, is logged, moved to ``corrupt/`` and its rows are recomputed.
+* Counters (rows looked up, hits, embedded rows, corrupt shards) are logged, appended per
+  file to ``<root>/stats.jsonl`` (with the workspace and DVC experiment name) and summed per
+  encoder key in ``<root>/<key>/counters.json`` (updated under the key's lock), so that a
+  sweep's sharing of the cache can be checked after the fact (:func:`read_counters`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wmeval.core.errors import WmevalError
+
+log = logging.getLogger(__name__)
+
+
+def cache_root(configured: str | None = None) -> Path:
+    """The cache directory: the config value, ``$WMEVAL_CACHE_DIR``, or the user cache (absolute)."""
+    if configured:
+        return Path(configured).expanduser().resolve()
+    env = os.environ.get("WMEVAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("wmeval")).resolve() / "features"
+
+
+def encoder_key(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def row_keys(items: np.ndarray) -> list[bytes]:
+    """One 16-byte digest per row of ``items`` ``(N, ...)`` over dtype, shape and bytes."""
+    items = np.ascontiguousarray(items)
+    head = f"{items.dtype.str}{items.shape[1:]}".encode()
+    return [hashlib.blake2b(head + row.tobytes(), digest_size=16).digest() for row in items]
+
+
+@dataclass
+class CacheStats:
+    rows: int = 0
+    hits: int = 0
+    embedded: int = 0
+    corrupt_shards: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(rows=self.rows, hits=self.hits, embedded=self.embedded, corrupt_shards=self.corrupt_shards)
+
+
+class FeatureCache:
+    """The shards of one encoder key."""
+
+    def __init__(self, root: Path, key: str, identity: dict[str, Any] | None = None) -> None:
+        self.root, self.key = Path(root), key
+        self.dir = self.root / key
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ident = self.dir / "encoder.json"
+        if identity is not None and not ident.exists():
+            self._atomic_write(ident, json.dumps(identity, indent=2, sort_keys=True).encode())
+        self.stats = CacheStats()
+        self._index: dict[bytes, tuple[int, int]] | None = None
+        self._files: list[Path] = []
+        self._sweep_temporaries()
+
+    def _sweep_temporaries(self, older_than_s: float = 3600.0) -> None:
+        """Remove temporary files a killed writer left behind (never a live writer's: they are recent)."""
+        now = time.time()
+        for f in self.dir.glob(".tmp-*"):
+            try:
+                if now - f.stat().st_mtime > older_than_s:
+                    f.unlink()
+            except OSError:
+                pass
+
+    def _lock(self):
+        from filelock import FileLock
+
+        return FileLock(str(self.dir / ".lock"), timeout=600)
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def _load_index(self) -> None:
+        """Read every shard's keys once (verifying its sha256); embeddings are read on demand."""
+        if self._index is not None:
+            return
+        self._index, self._files = {}, []
+        for f in sorted(self.dir.glob("*.parquet")):
+            data = f.read_bytes()
+            if hashlib.sha256(data).hexdigest() != f.stem:
+                self._quarantine(f, "its sha256 does not match its name (truncated or corrupted)")
+                continue
+            try:
+                keys = pq.read_table(pa.BufferReader(data), columns=["key"]).column("key").to_pylist()
+            except Exception as e:  # a file with a valid name but unreadable content
+                self._quarantine(f, f"unreadable: {e}")
+                continue
+            s = len(self._files)
+            self._files.append(f)
+            for i, k in enumerate(keys):
+                self._index[k] = (s, i)
+
+    def _quarantine(self, f: Path, why: str) -> None:
+        self.stats.corrupt_shards += 1
+        log.warning("feature cache: shard %s is %s; moving it to corrupt/ and recomputing its rows", f, why)
+        (self.dir / "corrupt").mkdir(exist_ok=True)
+        try:
+            os.replace(f, self.dir / "corrupt" / f.name)
+        except OSError:
+            f.unlink(missing_ok=True)
+
+    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> Path:
+        table = pa.table({"key": pa.array(keys, pa.binary(16)),
+                          "embedding": pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(emb, np.float32))})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        path = self.dir / f"{hashlib.sha256(data).hexdigest()}.parquet"
+        with self._lock():
+            self._atomic_write(path, data)
+        return path
+
+    def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray:
+        f = self._files[shard]
+        data = f.read_bytes()
+        if hashlib.sha256(data).hexdigest() != f.stem:  # changed since the index was read
+            raise WmevalError(f"feature cache: shard {f} changed while in use; re-run the stage")
+        emb = pq.read_table(pa.BufferReader(data), columns=["embedding"]).column("embedding")
+        return emb.combine_chunks().to_numpy_ndarray()[rows]
+
+    def embed(self, items: np.ndarray, compute: Callable[[np.ndarray], np.ndarray], chunk: int = 2048,
+              progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embeddings of every row of ``items``, computing only the rows no shard has."""
+        keys = row_keys(items)
+        self._load_index()
+        index = self._index
+        self.stats.rows += len(keys)
+        missing: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            if k not in index and k not in missing:
+                missing[k] = i
+        # Served without computing: rows already cached and repeats of a row computed once here.
+        self.stats.hits += len(keys) - len(missing)
+        fresh: dict[bytes, np.ndarray] = {}
+        todo = list(missing.items())
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            idx = np.array([i for _, i in part])
+            emb = np.asarray(compute(items[idx]), dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] != len(part) or not np.all(np.isfinite(emb)):
+                raise WmevalError(f"feature cache: the encoder returned {emb.shape} embeddings for {len(part)} "
+                                  "inputs (wrong count or non-finite values)")
+            path = self._write_shard([k for k, _ in part], emb)
+            s = len(self._files)
+            self._files.append(path)
+            for j, (k, _) in enumerate(part):
+                index[k] = (s, j)
+                fresh[k] = emb[j]
+            self.stats.embedded += len(part)
+            if progress is not None:
+                progress(len(part))
+        if not keys:
+            return np.empty((0, 0), np.float32)
+        where = np.array([index[k] for k in keys])                     # (N, 2): shard, row
+        out: np.ndarray | None = None
+        for shard in np.unique(where[:, 0]):
+            sel = np.flatnonzero(where[:, 0] == shard)
+            rows = self._read_rows(int(shard), where[sel, 1])
+            if out is None:
+                out = np.empty((len(keys), rows.shape[1]), np.float32)
+            if rows.shape[1] != out.shape[1]:
+                raise WmevalError(f"feature cache: shard {self._files[shard]} holds {rows.shape[1]}-d embeddings, "
+                                  f"others {out.shape[1]}-d: the cache key misses something that changes them")
+            out[sel] = rows
+        return out
+
+    def record(self, **context: Any) -> None:
+        """Append this cache object's counters to ``<root>/stats.jsonl`` and add ``context``'s file counts
+        to the encoder key's persistent totals (``<root>/<key>/counters.json``).
+
+        Each line names the workspace (the stage's working directory) and the DVC experiment
+        (``$DVC_EXP_NAME``, set by ``dvc exp run``; ``None`` for ``dvc repro``), so that the
+        counters of a sweep can be told apart per experiment.
+
+        Args:
+            **context: JSON-able fields for the line; ``file_rows``, ``file_hits``, ``file_embedded``
+                and ``file_corrupt_shards`` (one file's counts) are added to the totals.
+        """
+        from filelock import FileLock
+
+        line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(),
+                           "workspace": os.getcwd(), "experiment": os.environ.get("DVC_EXP_NAME"), **context})
+        with FileLock(str(self.root / ".stats.lock"), timeout=600), \
+                open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        delta = {k: int(context.get(f"file_{k}", 0)) for k in COUNTERS}
+        with self._lock():
+            old = read_counters(self.root, self.key)
+            totals = {k: int(old.get(k, 0)) + delta[k] for k in COUNTERS}
+            totals["records"] = int(old.get("records", 0)) + 1
+            self._atomic_write(self.dir / COUNTERS_FILE, json.dumps(totals, indent=2, sort_keys=True).encode())
+
+
+#: Counters kept per encoder key in ``<root>/<key>/counters.json`` (cumulative over every run).
+COUNTERS = ("rows", "hits", "embedded", "corrupt_shards")
+COUNTERS_FILE = "counters.json"
+
+
+def read_counters(root: Path, key: str | None = None) -> dict[str, Any]:
+    """The persistent counters of one encoder key, or of every key in the cache.
+
+    Args:
+        root: the cache root (:func:`cache_root`).
+        key: an encoder key; ``None`` for all keys.
+
+    Returns:
+        With ``key``: ``{"rows", "hits", "embedded", "corrupt_shards", "records"}`` (zeros for a key
+        never recorded). Without: ``{key: {..., "identity": encoder.json contents}}`` for every key
+        with counters.
+
+    Raises:
+        WmevalError: a counters file is not valid JSON.
+    """
+    root = Path(root)
+
+    def one(k: str) -> dict[str, int]:
+        f = root / k / COUNTERS_FILE
+        if not f.is_file():
+            return {**{c: 0 for c in COUNTERS}, "records": 0}
+        try:
+            return json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise WmevalError(f"feature cache: {f} is not valid JSON ({e}); delete it to restart the counts") from None
+
+    if key is not None:
+        return one(key)
+    out: dict[str, Any] = {}
+    for f in sorted(root.glob(f"*/{COUNTERS_FILE}")):
+        ident = f.parent / "encoder.json"
+        out[f.parent.name] = {**one(f.parent.name),
+                              "identity": json.loads(ident.read_text(encoding="utf-8")) if ident.is_file() else None}
+    return out

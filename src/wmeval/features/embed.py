@@ -1,0 +1,108 @@
+"""The features stage: embed every frame (image encoders) or clip (video encoders) of a rollout file.
+
+Embeddings come from the shared content-addressed cache (:mod:`wmeval.features.cache`): only
+rows the cache has never seen for this encoder are computed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from wmeval.core.digest import code_version, file_sha256
+from wmeval.core.errors import WmevalError
+from wmeval.encoders import Encoder
+from wmeval.features.cache import FeatureCache, cache_root, encoder_key
+from wmeval.tables import (
+    KEY_COLUMNS,
+    blocks,
+    decode_frames,
+    dense,
+    read_metadata,
+    read_table,
+    select,
+    tensor_array,
+    tensor_numpy,
+    with_metadata,
+)
+
+log = logging.getLogger(__name__)
+FORMAT = "wmeval-features/1"
+
+
+def _clips(table: pa.Table, length: int, stride: int, where: str) -> tuple[pa.Table, np.ndarray]:
+    """One clip per (regime, plan, episode, sample) sequence: steps 1, 1 + stride, ... (``length`` frames)."""
+    n = int(pa.compute.max(table.column("episode")).as_py()) + 1
+    t = np.asarray(table.column("t").to_numpy())
+    steps = np.arange(t.min(), t.max() + 1)
+    take = 1 + stride * np.arange(length)
+    if take[-1] > steps[-1]:
+        raise WmevalError(f"{where}: a clip of {length} frames with stride {stride} needs steps up to {take[-1]}, "
+                         f"but the rollouts end at t = {steps[-1]}; lower encoder.params.clip_length or raise "
+                         "protocol.horizon")
+    keys, items = [], []
+    for b in blocks(table):
+        blk = select(table, b.regime, b.plan)
+        frames = dense(blk, "frame", n, steps, where)                    # (N, S, T, H, W, C)
+        s = frames.shape[1]
+        items.append(frames[:, :, np.searchsorted(steps, take)].reshape(n * s, length, *frames.shape[3:]))
+        first = blk.slice(0, 1)
+        keys.append(pa.table({
+            "world": pa.array([first.column("world")[0].as_py()] * (n * s)),
+            "source": pa.array([first.column("source")[0].as_py()] * (n * s)),
+            "episode": np.repeat(np.arange(n, dtype=np.int32), s),
+            "condition": pa.array([b.condition] * (n * s)), "plan": pa.array([b.plan] * (n * s)),
+            "sample": np.tile(np.arange(s, dtype=np.int32), n), "regime": pa.array([b.regime] * (n * s)),
+            "t": np.ones(n * s, np.int32), "valid": np.ones(n * s, bool)}))
+    return pa.concat_tables(keys), np.concatenate(items)
+
+
+class Caches:
+    """One :class:`FeatureCache` per input signature (dtype and shape of a frame or clip) of one encoder.
+
+    The signature is part of the key: the same encoder on grayscale and RGB frames (or at two
+    resolutions) writes different shards, and each index is read once per stage run.
+    """
+
+    def __init__(self, encoder: Encoder, cache_dir: str | None) -> None:
+        self.encoder, self.root, self.caches = encoder, cache_root(cache_dir), {}
+
+    def get(self, items: np.ndarray) -> FeatureCache:
+        identity = {**self.encoder.cache_identity(), "input": [items.dtype.str, list(items.shape[1:])]}
+        key = encoder_key(identity)
+        if key not in self.caches:
+            self.caches[key] = FeatureCache(self.root, key, identity)
+        return self.caches[key]
+
+
+def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progress: bool = True,
+               caches: Caches | None = None) -> tuple[pa.Table, dict]:
+    """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and this file's cache counters."""
+    table = read_table(path, columns=[*KEY_COLUMNS, "frame"])
+    where = f"{path.parent.name}/{path.name}"
+    if encoder.clip:
+        keys, items = _clips(table, encoder.clip["length"], encoder.clip["frame_stride"], where)
+    else:
+        keys, items = table.drop_columns(["frame"]), tensor_numpy(table, "frame")
+    cache = (caches or Caches(encoder, cache_dir)).get(items)
+    before = cache.stats.as_dict()
+    with tqdm(desc=f"embed {where}", unit="item", disable=not progress, leave=False) as bar:
+        emb = cache.embed(items, lambda raw: encoder(decode_frames(raw)), progress=bar.update)
+    stats = {k: v - before[k] for k, v in cache.stats.as_dict().items()}
+    cache.record(file=where, encoder=encoder.name, **{f"file_{k}": v for k, v in stats.items()})
+    src = read_metadata(path)
+    meta = {
+        "format": FORMAT, **encoder.protocol(), "resolution": list(items.shape[-3:]),
+        # Frames per second of the embedded sequence: the world's 1/dt, divided by a clip's frame stride.
+        "frame_rate": (1.0 / src["world"]["dt"] / (encoder.clip["frame_stride"] if encoder.clip else 1))
+        if "dt" in src.get("world", {}) else None,
+        "input": {"file": where, "sha256": file_sha256(path), "format": src.get("format")},
+        "code": code_version("features"),
+    }
+    if emb.shape[0] == 0:
+        emb = np.empty((0, encoder.dim or 0), np.float32)
+    return with_metadata(keys.append_column("embedding", tensor_array(emb)), meta), stats

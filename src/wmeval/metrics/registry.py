@@ -1,0 +1,155 @@
+"""The metric registry: direction, unit, layer, definition and aggregate of every metric the report shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Registry entry: how a metric is read and aggregated.
+
+    Attributes:
+        higher_is_better: direction; ``None`` when the ideal is ``target`` (e.g. a ratio of 1).
+        aggregate: how per-episode ``(value, denominator)`` pairs combine over episodes:
+            ``mean`` (denominator 1), ``ratio`` (sum of values / sum of denominators), or
+            ``sqrt_mean`` (square root of the mean: an RMSE from per-episode MSEs).
+        summary_t: for curve metrics, which step the headline number is taken at
+            (``"horizon"`` or ``"counterfactual_horizon"``); ``None`` for per-episode metrics.
+    """
+
+    name: str
+    higher_is_better: bool | None
+    unit: str
+    layer: str
+    definition: str
+    aggregate: str = "mean"
+    target: float | None = None
+    summary_t: str | None = None
+
+    def badness(self, value):
+        """A number that is smaller for better values (for ranking); elementwise on arrays."""
+        v = np.asarray(value, dtype=np.float64)
+        if self.higher_is_better is None and self.target is None:
+            out = np.full(v.shape, np.nan)            # a diagnostic without a direction: never ranked
+        elif self.higher_is_better is None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(v > 0, np.abs(np.log(np.where(v > 0, v, 1.0) / self.target)), np.inf)
+            out = np.where(np.isnan(v), np.nan, out)
+        else:
+            out = -v if self.higher_is_better else v
+        return float(out) if out.ndim == 0 else out
+
+    @property
+    def arrow(self) -> str:
+        if self.higher_is_better is None:
+            return "·" if self.target is None else f"→{self.target:g}"
+        return "↑" if self.higher_is_better else "↓"
+
+    @property
+    def ranked(self) -> bool:
+        return self.higher_is_better is not None or self.target is not None
+
+
+REGISTRY: dict[str, MetricInfo] = {
+    m.name: m for m in (
+        MetricInfo("state_mse", False, "state units^2", "paired",
+                   "mean over state dimensions of the squared error of the predicted state"),
+        MetricInfo("state_rmse", False, "state units", "paired",
+                   "square root of the mean over episodes of state_mse", aggregate="sqrt_mean"),
+        MetricInfo("pixel_mse", False, "(intensity in [0, 1])^2", "paired",
+                   "mean over pixels and channels of the squared frame error, frames in [0, 1] (L = 1)"),
+        MetricInfo("feature_mse", False, "encoder units^2", "paired",
+                   "mean over embedding dimensions of the squared error of the frame embedding"),
+        MetricInfo("rollout_state_rmse", False, "state units", "rollout",
+                   "open-loop state RMSE over dynamics episodes at each step (seed 002 layer 2); "
+                   "headline at the last step", aggregate="sqrt_mean", summary_t="horizon"),
+        MetricInfo("action_sensitivity", None, "ratio", "dynamics",
+                   "mean predicted one-step spread between the two actions of a counterfactual pair over "
+                   "the mean real spread (seed 002 layer 4); 1 is ideal, 0 means the action is ignored",
+                   aggregate="ratio", target=1.0),
+        MetricInfo("counterfactual_cosine", True, "cosine", "dynamics",
+                   "cosine between predicted and true differences of the two futures of a counterfactual "
+                   "pair (seed 002 layer 5); undefined for an episode where either difference vanishes "
+                   "(a model that ignores the action), which is then counted out", summary_t="counterfactual_horizon"),
+        MetricInfo("counterfactual_gap", False, "state units", "dynamics",
+                   "norm of (predicted difference - true difference) of a counterfactual pair",
+                   summary_t="counterfactual_horizon"),
+        MetricInfo("control_cost", False, "task cost", "control",
+                   "mean per-step task cost in the real world of random-shooting MPC that plans with the "
+                   "model (seed 002 layer 6); ground_truth plans with the true simulator"),
+        MetricInfo("probe_flag_rate", False, "share of steps", "physics",
+                   "share of steps where the probed quantity rises over the window (seed 002 layer 7); "
+                   "only windows calibrated on the true world judge models"),
+        MetricInfo("reward_mse", False, "reward^2", "task",
+                   "squared error of the world's reward read from the prediction, open loop (seed 003)"),
+        MetricInfo("event_precision", True, "share", "task",
+                   "predicted reward events (reward > threshold) that are real, pooled over steps", aggregate="ratio"),
+        MetricInfo("event_recall", True, "share", "task",
+                   "real reward events that are predicted, pooled over steps", aggregate="ratio"),
+        MetricInfo("peak_time_offset", False, "steps", "task",
+                   "|argmax_t predicted reward - argmax_t real reward| per open-loop rollout"),
+        # Seed 000's observation layer: paired image scores (frames in [0, 1], L = 1).
+        MetricInfo("psnr", True, "dB", "paired",
+                   "mean of per-frame PSNR 10 log10(L^2 / MSE_frame) (per sequence, then over sequences); "
+                   "an exact match counts as the declared cap of 100 dB"),
+        MetricInfo("psnr_pooled", True, "dB", "paired",
+                   "PSNR of the pooled MSE: 10 log10(L^2 / mean over episodes of pixel_mse)", aggregate="psnr"),
+        MetricInfo("psnr_gap", None, "dB", "paired",
+                   "psnr - psnr_pooled = 10 log10(AM / GM) of the frame MSEs for equal lengths; >= 0, "
+                   "0 when every frame has the same error (a convention gap, not a quality)"),
+        MetricInfo("ssim", True, "SSIM", "paired",
+                   "mean SSIM, Gaussian window 11, sigma 1.5, K1 0.01, K2 0.03, L = 1, population "
+                   "covariances, 5-px border excluded, channels averaged (skimage's definition)"),
+        MetricInfo("lpips", False, "LPIPS", "paired",
+                   "LPIPS distance (lpips package, v0.1 linear layers, backbone in the protocol), inputs in [-1, 1]"),
+        # Stochastic futures.
+        MetricInfo("single_sample_mse", False, "(intensity)^2", "stochastic",
+                   "open-loop sequence MSE of sample 0 alone against each realized future (a deployment "
+                   "that draws one sample)"),
+        MetricInfo("best_of_k_mse", False, "(intensity)^2", "stochastic",
+                   "oracle best-of-K: per realized future, the minimum sequence MSE over the model's K "
+                   "samples (K = protocol.num_samples for every model); selection uses the future, which no "
+                   "deployment can"),
+        MetricInfo("best_of_k_curve", False, "(intensity)^2", "stochastic",
+                   "best-of-K sequence MSE over nested pools K = 1..K_max (the first K samples); "
+                   "cannot increase with K"),
+        MetricInfo("sample_diversity", None, "(intensity)^2", "stochastic",
+                   "mean squared pixel distance between distinct samples (ground_truth: between realized "
+                   "futures): a spread, not coverage; no direction, compare with ground_truth"),
+        MetricInfo("nll", False, "nats per step", "probabilistic",
+                   "negative log-likelihood of each realized step given the realized history (teacher "
+                   "forced), base measure in the protocol; zero mass gives +inf, never clipped"),
+        MetricInfo("event_brier", False, "probability^2", "probabilistic",
+                   "Brier score of the declared outcome event: (share of K samples with the event - "
+                   "event indicator of each realized future)^2"),
+        MetricInfo("event_frequency", None, "share", "probabilistic",
+                   "reliability: observed event frequency among forecasts in a bin (condition p=...)",
+                   aggregate="ratio"),
+        MetricInfo("event_forecast", None, "share", "probabilistic",
+                   "reliability: mean forecast probability of the bin", aggregate="ratio"),
+        # Distributional (features stage embeddings).
+        MetricInfo("fd", False, "encoder units^2", "distributional",
+                   "Frechet distance between Gaussian fits of real and predicted embeddings (plug-in, "
+                   "biased at finite N), pooled or within one stratum"),
+        MetricInfo("fd_stratified", False, "encoder units^2", "distributional",
+                   "sum over strata of w_s * FD_s with the declared weights"),
+        MetricInfo("fd_bias_corrected", False, "encoder units^2", "distributional",
+                   "bootstrap bias-corrected pooled FD, 2 FD - mean of replicates, with the basic interval"),
+        MetricInfo("fd_infinity", False, "encoder units^2", "distributional",
+                   "FD-infinity (Chong & Forsyth 2020): intercept of FD_N = a + b / N over the declared grid"),
+        MetricInfo("kid", False, "encoder units^2", "distributional",
+                   "unbiased MMD^2 with the kernel (x.y / d + 1)^3"),
+        MetricInfo("precision", True, "share", "distributional",
+                   "share of predicted embeddings inside some real k-NN ball (Kynkaanniemi 2019)", aggregate="ratio"),
+        MetricInfo("recall", True, "share", "distributional",
+                   "share of real embeddings inside some predicted k-NN ball", aggregate="ratio"),
+        MetricInfo("density", True, "balls per sample / k", "distributional",
+                   "real k-NN balls containing each predicted embedding, over k (Naeem 2020); 1 when matched",
+                   aggregate="ratio"),
+        MetricInfo("coverage", True, "share", "distributional",
+                   "share of real embeddings whose own k-NN ball contains a predicted one", aggregate="ratio"),
+    )
+}

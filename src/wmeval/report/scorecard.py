@@ -1,0 +1,763 @@
+"""Render the scorecard from the bootstrap stage's outputs: one document, two renderings.
+
+The sections are built once as a small document model (headings, paragraphs, tables of
+``point [low, high]`` cells, figures) and rendered to Markdown (``reports/scorecard.md``, fit
+for a README or a paper appendix) and to one self-contained HTML page
+(``reports/scorecard.html``: inline CSS and SVG, nothing fetched). Figures are HTML-only; their
+data goes to ``reports/plots/`` for ``dvc plots``.
+
+Per world: an at-a-glance table (the best model per layer and whether its interval separates
+it), the cross-layer ranking, the layer tables, curves and diagnostics, protocol cards for
+every metric, and a provenance appendix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import wmeval.report.figures as figures
+from wmeval.metrics import REGISTRY
+from wmeval.rendering.document import (
+    Doc,
+    Table,
+    flatten,
+    inline,
+    slug,
+    to_html,
+    to_markdown,
+)
+from wmeval.rendering.htmlpage import esc
+
+REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
+                "probe": "probe"}
+Column = tuple[str, str, str, str]  # label, metric, regime, condition
+FEATURE_METRICS = {"feature_mse", "fd", "fd_stratified", "fd_bias_corrected", "fd_infinity", "kid", "precision",
+                   "recall", "density", "coverage"}
+PIXEL_METRICS = {"pixel_mse", "psnr", "psnr_pooled", "psnr_gap", "ssim", "lpips", "single_sample_mse",
+                 "best_of_k_mse", "best_of_k_curve", "sample_diversity"}
+
+
+# ----------------------------------------------------------------------------- cells and lookups
+
+def fmt(x: float) -> str:
+    if x is not None and np.isposinf(x):
+        return "∞"
+    if x is None or not np.isfinite(x):
+        return "undefined"
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if a >= 1000 or a < 1e-3:
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def cell(row: pd.Series | None) -> str:
+    if row is None:
+        return "n/a"
+    if np.isposinf(row.point):
+        return "∞ (zero mass on a realized outcome)"
+    if not np.isfinite(row.point):
+        return "undefined"
+    text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
+    if np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
+        text += " †"
+    undefined = getattr(row, "undefined_replicates", 0.0)
+    if undefined and undefined > 0:
+        text += f" ({'<1%' if undefined < 0.01 else f'{undefined:.0%}'} of replicates undefined)"
+    return text
+
+
+OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replicates of a biased plug-in estimator "
+                "(FD: resampled episodes repeat rows, which inflates it) sit beside the point. The interval is "
+                "the plug-in's; the bias-corrected FD carries the basic interval, centred on the corrected value.")
+
+
+def lookup(iv: pd.DataFrame, source: str, metric: str, regime: str, condition: str) -> pd.Series | None:
+    sel = iv[(iv.source == source) & (iv.metric == metric) & (iv.regime == regime) & (iv.condition == condition)]
+    return sel.iloc[0] if len(sel) else None
+
+
+def separated_best(iv: pd.DataFrame, models: list[str], metric: str, regime: str, condition: str) -> str | None:
+    """The model ranked first with a rank interval of exactly [1, 1] (paired replicates), else None."""
+    if not REGISTRY[metric].ranked:
+        return None
+    for m in models:
+        r = lookup(iv, m, metric, regime, condition)
+        if r is not None and r.get("rank") == 1 and r.get("rank_low") == 1 and r.get("rank_high") == 1:
+            return m
+    return None
+
+
+def card_id(world: str, metric: str, regime: str) -> str:
+    return slug(f"card {world} {metric} {regime}")
+
+
+def table(iv: pd.DataFrame, rows: list[str], columns: list[Column]) -> Table:
+    """Models by metrics; the best of a column is marked only when its rank interval is [1, 1]."""
+    head = ["model"] + [f"{label} {REGISTRY[m].arrow}" for label, m, _, _ in columns]
+    best = [separated_best(iv, rows, m, r, c) for _, m, r, c in columns]
+    out, cls = [], []
+    for src in rows:
+        out.append([f"`{src}`"] + [cell(lookup(iv, src, m, r, c)) for _, m, r, c in columns])
+        cls.append([""] + ["num best" if b == src else "num" for b in best])
+    return Table(head, out, cls)
+
+
+def present(iv: pd.DataFrame, columns: list[Column]) -> list[Column]:
+    return [c for c in columns if ((iv.metric == c[1]) & (iv.regime == c[2]) & (iv.condition == c[3])).any()]
+
+
+def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column]]:
+    dyn = wp["dynamics"]
+    H, cf = dyn["horizon"], dyn["counterfactual_horizon"]
+    pairs = [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]]
+    observation = [
+        ("one-step state RMSE", "state_rmse", "teacher_forced", "all"),
+        ("one-step pixel MSE", "pixel_mse", "teacher_forced", "all"),
+        (f"open-loop state RMSE (H={wp['horizon']})", "state_rmse", "open_loop", "all"),
+        (f"open-loop pixel MSE (H={wp['horizon']})", "pixel_mse", "open_loop", "all"),
+        ("open-loop feature MSE", "feature_mse", "open_loop", "all"),
+    ]
+    dynamics = [
+        (f"rollout RMSE @{H}, random actions", "rollout_state_rmse", "open_loop", f"random @t={H}"),
+        (f"rollout RMSE @{H}, planner's actions", "rollout_state_rmse", "open_loop", f"planner @t={H}"),
+        *[(f"action sensitivity ({p})", "action_sensitivity", "open_loop", p) for p in pairs],
+        *[(f"counterfactual cosine @{cf}", "counterfactual_cosine", "open_loop", f"{p} @t={cf}") for p in pairs],
+        *[(f"counterfactual gap @{cf}", "counterfactual_gap", "open_loop", f"{p} @t={cf}") for p in pairs],
+        *[(f"MPC cost: {t}", "control_cost", "closed_loop", t) for t in dyn["tasks"]],
+    ]
+    task = [("reward MSE", "reward_mse", "open_loop", "all"), ("event precision", "event_precision", "open_loop", "all"),
+            ("event recall", "event_recall", "open_loop", "all"), ("peak time offset", "peak_time_offset", "open_loop", "all")]
+    image = [("one-step PSNR (frame mean), dB", "psnr", "teacher_forced", "all"),
+             ("one-step PSNR (pooled MSE), dB", "psnr_pooled", "teacher_forced", "all"),
+             ("one-step PSNR gap", "psnr_gap", "teacher_forced", "all"),
+             ("one-step SSIM", "ssim", "teacher_forced", "all"),
+             ("one-step LPIPS", "lpips", "teacher_forced", "all"),
+             ("open-loop PSNR (frame mean)", "psnr", "open_loop", "all"),
+             ("open-loop PSNR (pooled)", "psnr_pooled", "open_loop", "all"),
+             ("open-loop SSIM", "ssim", "open_loop", "all"),
+             ("open-loop LPIPS", "lpips", "open_loop", "all")]
+    stochastic = [("single-sample MSE", "single_sample_mse", "open_loop", "all"),
+                  ("mean-over-samples MSE", "pixel_mse", "open_loop", "all"),
+                  ("best-of-K MSE (oracle)", "best_of_k_mse", "open_loop", "all"),
+                  ("sample diversity", "sample_diversity", "open_loop", "all"),
+                  ("NLL, nats/step", "nll", "teacher_forced", "all"),
+                  ("event Brier", "event_brier", "open_loop", "all")]
+    distributional = []
+    for view in wp.get("distributional", {}).get("views", {}):
+        distributional += [(f"{view}: FD pooled", "fd", "open_loop", f"{view}:pooled"),
+                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:uniform"),
+                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:empirical"),
+                           (f"{view}: FD bias-corrected", "fd_bias_corrected", "open_loop", f"{view}:pooled"),
+                           (f"{view}: FD-infinity", "fd_infinity", "open_loop", f"{view}:pooled"),
+                           (f"{view}: KID", "kid", "open_loop", f"{view}:pooled"),
+                           (f"{view}: precision", "precision", "open_loop", f"{view}:pooled"),
+                           (f"{view}: recall", "recall", "open_loop", f"{view}:pooled"),
+                           (f"{view}: density", "density", "open_loop", f"{view}:pooled"),
+                           (f"{view}: coverage", "coverage", "open_loop", f"{view}:pooled")]
+    return {"observation": present(iv, observation), "dynamics": present(iv, dynamics), "task": present(iv, task),
+            "image": present(iv, image), "stochastic": present(iv, stochastic),
+            "distributional": present(iv, distributional)}
+
+
+def strata_tables(iv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> list[tuple[str, Table]]:
+    """FD per stratum beside the pooled and stratified values, per view."""
+    out = []
+    for view, vd in wp.get("distributional", {}).get("views", {}).items():
+        cols = [("pooled", "fd", "open_loop", f"{view}:pooled")]
+        cols += [(f"`{s}`", "fd", "open_loop", f"{view}:{s}") for s in vd["strata"]]
+        cols += [("stratified", "fd_stratified", "open_loop", f"{view}:uniform"),
+                 ("stratified", "fd_stratified", "open_loop", f"{view}:empirical")]
+        cols = present(iv, cols)
+        if cols:
+            out.append((f"FD in the `{view}` view, pooled and per stratum (d = {vd['dim']}, {vd['n_real']} real "
+                        "rows):", table(iv, models, cols)))
+    return out
+
+
+def kcurve_table(kv: pd.DataFrame | None, models: list[str]) -> Table | None:
+    if kv is None or kv.empty:
+        return None
+    ks = sorted(set(kv.k))
+    rows = []
+    for m in models:
+        sel = kv[kv.source == m]
+        if not sel.empty:
+            rows.append([f"`{m}`"] + [cell(sel[sel.k == k].iloc[0]) if (sel.k == k).any() else "–" for k in ks])
+    return Table(["model"] + [f"K={k}" for k in ks], rows)
+
+
+def reliability_table(iv: pd.DataFrame, models: list[str]) -> Table | None:
+    rel = iv[(iv.metric == "event_frequency")]
+    if rel.empty:
+        return None
+    rows = []
+    for m in models:
+        for cond in sorted(set(rel[rel.source == m].condition)):
+            rows.append([f"`{m}`", cond, cell(lookup(iv, m, "event_forecast", "open_loop", cond)),
+                         cell(lookup(iv, m, "event_frequency", "open_loop", cond))])
+    return Table(["model", "forecast bin", "mean forecast", "observed frequency"], rows)
+
+
+def probe_rows(iv: pd.DataFrame, wp: dict[str, Any]) -> tuple[Table | None, list[Column]]:
+    """Calibration table of every probe window on the true world; the calibrated windows as columns."""
+    dyn = wp["dynamics"]
+    rows, calibrated = [], []
+    for probe in dyn["probes"]:
+        for w in dyn["probe_windows"]:
+            cond = f"{probe} w={w}"
+            truth = lookup(iv, "ground_truth", "probe_flag_rate", "probe", cond)
+            if truth is None:
+                continue
+            ok = truth.high <= dyn["probe_max_true_rate"]
+            if ok:
+                calibrated.append((f"probe {probe}, w={w}", "probe_flag_rate", "probe", cond))
+            rows.append([f"`{probe}`", str(w), cell(truth),
+                         "calibrated: used to judge models" if ok else
+                         f"**miscalibrated** (flags the true world above {dyn['probe_max_true_rate']}): not used"])
+    if not rows:
+        return None, []
+    return Table(["probe", "window w", "true-world flag rate", "verdict"], rows), calibrated
+
+
+def curve_specs(wp: dict[str, Any]) -> list[tuple[str, str, str]]:
+    specs = [("rollout_state_rmse", "random", "Open-loop state RMSE by horizon, random actions"),
+             ("rollout_state_rmse", "planner", "Open-loop state RMSE by horizon, the planner's actions")]
+    for a, b in wp["dynamics"]["counterfactual_pairs"]:
+        specs += [("counterfactual_cosine", f"{a} vs {b}", f"Counterfactual cosine by horizon ({a} vs {b})"),
+                  ("counterfactual_gap", f"{a} vs {b}", f"Counterfactual gap by horizon ({a} vs {b})")]
+    return specs
+
+
+def _dynamics_curves(cv: pd.DataFrame, metric: str, cond: str, wp: dict[str, Any]) -> pd.DataFrame:
+    sel = cv[(cv.metric == metric) & (cv.condition == cond)]
+    if metric.startswith("counterfactual"):
+        # Beyond the declared counterfactual horizon a wrapping world (the blob torus) aliases.
+        sel = sel[sel.t <= wp["dynamics"]["counterfactual_horizon"]]
+    return sel
+
+
+def curve_tables(cv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> list[tuple[str, Table]]:
+    """Curves at a few horizons: rollout error (random and planner's actions) and counterfactuals."""
+    H = wp["dynamics"]["horizon"]
+    ts = sorted({t for t in (1, 5, 10, 20, H) if t <= H})
+    out = []
+    for metric, cond, title in curve_specs(wp):
+        sel = _dynamics_curves(cv, metric, cond, wp)
+        if sel.empty:
+            continue
+        t_shown = [t for t in ts if t in set(sel.t)]
+        rows = []
+        for m in models:
+            cells = []
+            for t in t_shown:
+                r = sel[(sel.source == m) & (sel.t == t)]
+                cells.append(cell(r.iloc[0]) if len(r) else "n/a")
+            rows.append([f"`{m}`"] + cells)
+        out.append((f"{title} {REGISTRY[metric].arrow}:", Table(["model"] + [f"t={t}" for t in t_shown], rows)))
+    return out
+
+
+def ranks_of(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> tuple[list[Column], dict]:
+    """Per usable column, each model's (rank by point, rank_low, rank_high) or None."""
+    used, ranks = [], {}
+    for col in columns:
+        _, metric, regime, cond = col
+        info = REGISTRY[metric]
+        vals = {m: lookup(iv, m, metric, regime, cond) for m in models}
+        bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)}
+        if len(bad) < 2:
+            continue
+        used.append(col)
+        for m in models:
+            if m in bad:
+                r = vals[m]
+                ranks[col, m] = (1 + sum(b < bad[m] for b in bad.values()), getattr(r, "rank_low", np.nan),
+                                 getattr(r, "rank_high", np.nan))
+            else:
+                ranks[col, m] = None
+    return used, ranks
+
+
+def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> Table | None:
+    """Rank of each model (1 = best, by point estimate) in each layer's headline metric, with rank intervals.
+
+    HTML classes: ``rk1`` for rank 1, ``rklast`` for the last rank, ``changed`` where a model's rank
+    differs from its rank in the previous column (seed 002: rankings change between layers).
+    """
+    used, ranks = ranks_of(iv, models, columns)
+    if not used:
+        return None
+    last = {col: max(r[0] for m in models if (r := ranks[col, m]) is not None) for col in used}
+    rows, classes = [], []
+    for m in models:
+        cells, cls, prev = [], [""], None
+        for col in used:
+            r = ranks[col, m]
+            if r is None:
+                cells.append("–")
+                cls.append("")
+                continue
+            rk, lo, hi = r
+            cells.append(f"{rk} [{lo:.0f}–{hi:.0f}]" if np.isfinite(lo) and np.isfinite(hi) else str(rk))
+            c = "num " + ("rk1" if rk == 1 else "rklast" if rk == last[col] else "")
+            if prev is not None and rk != prev:
+                c += " changed"
+            cls.append(c.strip())
+            prev = rk
+        numeric = {r[0] for col in used if (r := ranks[col, m]) is not None}
+        rows.append([f"`{m}`" + (" (rank changes)" if len(numeric) > 1 else "")] + cells)
+        classes.append(cls)
+    return Table(["model"] + [c[0] for c in used], rows, classes)
+
+
+def glance(iv: pd.DataFrame, models: list[str], columns: list[Column], world: str) -> Table | None:
+    """Which model is best at what, and how sure: one row per layer headline metric."""
+    used, ranks = ranks_of(iv, models, columns)
+    rows = []
+    for col in used:
+        label, metric, regime, cond = col
+        info = REGISTRY[metric]
+        firsts = [m for m in models if ranks[col, m] is not None and ranks[col, m][0] == 1]
+        if not firsts:
+            continue
+        best = firsts[0]
+        contenders = [m for m in models if m != best and ranks[col, m] is not None and ranks[col, m][1] == 1]
+        r = lookup(iv, best, metric, regime, cond)
+        lo, hi = ranks[col, best][1:]
+        if len(firsts) > 1:
+            sure = "tied on the point estimate with " + ", ".join(f"`{m}`" for m in firsts[1:])
+        elif not contenders and hi == 1:
+            sure = "**separated**: rank interval [1–1] over the paired replicates"
+        else:
+            sure = (f"not separated: rank interval [{lo:.0f}–{hi:.0f}]"
+                    + ("; " + ", ".join(f"`{m}`" for m in contenders) + " also reach rank 1" if contenders else ""))
+        rows.append([info.layer, f"{label} {info.arrow}", f"`{best}`", cell(r), sure])
+    if not rows:
+        return None
+    return Table(["layer", "headline metric", "best model", "its value [95% interval]", "how sure"], rows)
+
+
+def baseline_table(iv: pd.DataFrame, models: list[str], columns: list[Column], baseline: str) -> Table:
+    """Paired differences to the baseline with their intervals, and P(better than the baseline)."""
+    rows = []
+    for m in (m for m in models if m != baseline):
+        cells = [f"`{m}`"]
+        for _, metric, regime, cond in columns:
+            r = lookup(iv, m, metric, regime, cond)
+            if r is None or not np.isfinite(r.diff_point):
+                cells.append("n/a")
+            else:
+                cells.append(f"{fmt(r.diff_point)} [{fmt(r.diff_low)}, {fmt(r.diff_high)}], P(better) {r.p_better:.2f}")
+        rows.append(cells)
+    return Table(["model"] + [label for label, *_ in columns], rows)
+
+
+# ----------------------------------------------------------------------------- protocol cards
+
+def _json_short(x: Any) -> str:
+    if isinstance(x, dict):
+        return "; ".join(f"{k}: {_json_short(v)}" for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_json_short(v) for v in x)
+    return str(x)
+
+
+def protocol_card(world: str, wp: dict[str, Any], protocol: dict[str, Any], metric: str, regime: str,
+                  rows: pd.DataFrame) -> dict[str, str]:
+    """What was compared, how, with how many samples, and how the interval was made, for one metric."""
+    info = REGISTRY[metric]
+    sc, enc, boot, dyn = protocol.get("scoring", {}), protocol["encoder"], protocol["bootstrap"], wp["dynamics"]
+    unit = str(rows.unit.iloc[0]) if "unit" in rows and len(rows) else "observation"
+    direction = {True: "higher is better", False: "lower is better", None: (
+        f"closest to {info.target:g} is best" if info.target is not None else "no direction (a diagnostic)")}
+    card = {"metric": metric, "direction": f"{info.arrow} {direction[info.higher_is_better]}",
+            "unit": info.unit, "layer": info.layer, "definition": info.definition, "world": world,
+            "regime": REGIME_LABEL.get(regime, regime), "conditions": ", ".join(sorted(set(map(str, rows.condition))))}
+    ks = ", ".join(f"{m} {k}" for m, k in wp["models"].items())
+    if unit == "observation":
+        card["compared"] = (f"each model's {REGIME_LABEL.get(regime, regime)} predictions against the ground-truth "
+                            f"world's realized futures of the same episodes and plans")
+        card["horizon"] = (f"H = {wp['horizon']} steps" + (f"; teacher-forced along realization 0 of "
+                           f"{wp['teacher_forced_plan']}" if regime == "teacher_forced" else ""))
+        card["sample counts"] = (f"N = {wp['n_episodes']} episodes x {len(wp['plans'])} plans "
+                                 f"({', '.join(wp['plans'])}); M = {wp['num_futures']} realized futures per plan; "
+                                 f"K samples: {ks}")
+    elif unit == "dynamics":
+        card["compared"] = "state predictions against the true simulator from the same states and actions"
+        card["horizon"] = f"{dyn['horizon']} steps; counterfactual horizon {dyn['counterfactual_horizon']}"
+        card["sample counts"] = f"{dyn['n_episodes']} dynamics episodes, {dyn['n_random_plans']} random plan(s)"
+    elif unit == "control":
+        card["compared"] = "task cost in the real world of MPC planning with each model (ground_truth: the simulator)"
+        card["horizon"] = f"{dyn['control_steps']} steps per episode; plans of {dyn['plan_horizon']} steps"
+        card["sample counts"] = f"{dyn['control_episodes']} control episodes per task; {dyn['n_plans']} plans per step"
+    else:
+        card["compared"] = "the probed invariant on each model's zero-action rollouts, the true world first"
+        card["horizon"] = f"{dyn['probe_horizon']} steps"
+        card["window"] = f"w in {dyn['probe_windows']}, tolerance {dyn['probe_tolerance']}, a window is used only " \
+                         f"if the true world's flag rate stays <= {dyn['probe_max_true_rate']}"
+    if metric in PIXEL_METRICS or metric in FEATURE_METRICS:
+        card["resolution and data range"] = (f"frames {wp['frame_shape']} stored as {wp['frame_dtype']}, "
+                                             f"decoded to [0, 1], L = {sc.get('data_range', 1.0):g}")
+    if metric == "ssim":
+        card["window"] = _json_short(sc.get("ssim", {}))
+    if metric.startswith("psnr"):
+        card["PSNR cap"] = f"{sc.get('psnr_cap_db', 100):g} dB for an exact match"
+    if metric in ("best_of_k_mse", "best_of_k_curve"):
+        card["K and selection rule"] = sc.get("best_of_k", "oracle")
+    elif metric in PIXEL_METRICS and unit == "observation":
+        card["K and selection rule"] = "no selection: errors average every (sample, realized future) pair"
+    if metric == "lpips":
+        card["backbone"] = str(sc.get("lpips_protocol") or sc.get("lpips"))
+    if metric == "nll":
+        card["base measure"] = wp.get("nll", {}).get("base_measure", "n/a")
+    if metric.startswith("event_"):
+        card["event"] = f"{wp.get('outcome_event')}; {sc.get('event_forecast', '')}"
+    if metric in FEATURE_METRICS:
+        card["encoder"] = f"{enc['encoder']} ({enc['kind']}, {enc.get('returns', 'features')})"
+        card["weights sha256"] = enc.get("weights_sha256") or "none: a weight-free encoder"
+        card["preprocessing"] = _json_short(enc.get("preprocessing", {}))
+        card["clip length and frame rate"] = (f"{_json_short(enc['clip'])} at {enc.get('frame_rate')} fps"
+                                              if enc.get("clip") else "single frames (no clip)")
+        card["comparability"] = ("comparable to published FID/FVD numbers with the same preprocessing"
+                                 if enc.get("comparable_to_published") else
+                                 "NOT comparable to published FID/FVD (weight-free encoder)")
+    if info.layer == "distributional" and metric not in ("feature_mse",):
+        card["views and strata"] = (f"{sc.get('distributional', '')}; strata: {sc.get('strata')} "
+                                    f"(bins {sc.get('action_bins')}) with {sc.get('strata_weights')} weights; "
+                                    f"strata under {sc.get('min_stratum_count')} rows or with n <= d flagged, kept")
+        if metric == "kid":
+            card["subsets"] = f"{sc.get('kid_subsets')} subsets of {sc.get('kid_subset_size')} (all rows in one when they fit)"
+        if metric == "fd_infinity":
+            card["grid"] = (f"{sc.get('fd_inf_points')} subset sizes from {sc.get('fd_inf_min_fraction')} N to N, "
+                            f"{sc.get('fd_inf_draws')} draws each")
+        if metric in ("precision", "recall", "density", "coverage"):
+            card["k"] = str(sc.get("prdc_k"))
+    r = rows.iloc[0]
+    ncl = sorted(set(int(x) for x in rows.n_clusters)) if "n_clusters" in rows else []
+    card["interval"] = (f"{r.method} bootstrap, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
+                        f"unit: {r.resampling_unit} ({'-'.join(map(str, (ncl[0], ncl[-1]))) if len(ncl) > 1 else ncl[0] if ncl else '?'} "
+                        f"clusters), paired across the world's models, seed {boot['seed']}")
+    card["strata in the resampling"] = boot.get("strata", "none")
+    if info.layer == "distributional" and metric.startswith("fd"):
+        card["estimator"] = boot.get("distributional", "")
+    return card
+
+
+def protocol_cards(intervals: pd.DataFrame, protocol: dict[str, Any]) -> dict[str, dict[str, dict[str, dict]]]:
+    """``{world: {metric: {regime: card}}}`` for every metric with an interval."""
+    out: dict = {}
+    for (world, metric, regime), rows in intervals.groupby(["world", "metric", "regime"], sort=True):
+        if world in protocol["worlds"]:
+            out.setdefault(world, {}).setdefault(metric, {})[regime] = protocol_card(
+                world, protocol["worlds"][world], protocol, metric, regime, rows)
+    return out
+
+
+def _card_html(world: str, metric: str, regime: str, card: dict[str, str]) -> str:
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in card.items())
+    warn = " <span class=\"tag\">not comparable to published FID/FVD</span>" if "NOT comparable" in \
+        card.get("comparability", "") else ""
+    return (f'<details id="{card_id(world, metric, regime)}"><summary><code>{esc(metric)}</code> '
+            f'{esc(REGIME_LABEL.get(regime, regime))} {esc(card["direction"].split()[0])}{warn}</summary>'
+            f'<dl class="card">{items}</dl></details>')
+
+
+# ----------------------------------------------------------------------------- the document
+
+def _headline_columns(cols: dict[str, list[Column]], calibrated: list[Column]) -> list[Column]:
+    return [c for c in cols["observation"] if c[1] in ("state_rmse", "pixel_mse")] \
+        + [c for c in cols["image"] if c[1] == "ssim" and c[2] == "open_loop"] \
+        + [c for c in cols["stochastic"] if c[1] in ("best_of_k_mse", "nll")] \
+        + [c for c in cols["distributional"] if c[1] == "fd_stratified" and c[3].startswith("transition")] \
+        + [c for c in cols["dynamics"] if c[1] != "counterfactual_cosine"] + calibrated \
+        + [c for c in cols["task"] if c[1] == "reward_mse"]
+
+
+def coverage_note(cov: dict[str, Any] | None) -> str:
+    """One sentence citing the interval-coverage benchmark (``benchmarks/results/coverage.json``)."""
+    if not cov:
+        return ""
+    c, i, f = cov["cluster"], cov["iid_frames"], cov.get("frechet")
+    text = (f"Interval validation (`python benchmarks/coverage.py`: {cov['datasets']} synthetic data sets of "
+            f"{cov['episodes']} episodes x {cov['frames_per_episode']} frames, intra-episode correlation "
+            f"rho = {cov['rho']}): nominal-{cov['confidence_level']:.0%} episode-clustered intervals covered the "
+            f"true mean {c['coverage']:.1%} of the time (SE {c['coverage_se']:.1%}); frame-level iid intervals "
+            f"{i['coverage']:.1%}.")
+    if f:
+        text += (f" For the Frechet distance on Gaussian features (d = {f['dim']}, closed-form truth), the "
+                 f"plug-in percentile interval covered {f['percentile_coverage']:.1%} (the plug-in bias is "
+                 f"+{f['plugin_bias']:.2f} on a true {f['true_fd']:.2f}) and the basic interval of the "
+                 f"bias-corrected FD {f['basic_coverage']:.1%}.")
+    return text
+
+
+def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
+          kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
+          provenance: dict[str, Any] | None = None, with_figures: bool = False,
+          coverage: dict[str, Any] | None = None, cards: dict | None = None) -> Doc:
+    """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only); ``cards``:
+    :func:`protocol_cards`, when the caller has them already."""
+    boot, enc = protocol["bootstrap"], protocol["encoder"]
+    cards = protocol_cards(intervals, protocol) if cards is None else cards
+    doc = Doc()
+    doc.h(1, "wmeval scorecard")
+    commit = (provenance or {}).get("git", {}) or {}
+    doc.p(f"Worlds: {', '.join(f'`{w}`' for w in protocol['worlds'])}. Encoder `{enc['encoder']}`"
+          + ("" if enc["comparable_to_published"] else " (weight-free: **not comparable to published FID/FVD**)")
+          + f". Every number is a point estimate with its {boot['confidence_level']:.0%} "
+          f"{boot['method']} bootstrap interval (B = {boot['n_resamples']}, seed {boot['seed']}), resampling "
+          "episodes, the independent unit, with the same resampled episodes for every model of a world (paired). "
+          "↓ lower is better, ↑ higher is better, →1 closest to 1 is best. `ground_truth` rows are the true world "
+          "scored by the same code: a reference, not a competitor."
+          + (f" Code: commit `{str(commit.get('commit'))[:12]}`{' (dirty)' if commit.get('dirty') else ''}."
+             if commit.get("commit") else ""))
+    doc.p(coverage_note(coverage))
+    doc.html("<nav>" + "".join(f'<a href="#{slug(w)}">{esc(w)}</a>' for w in protocol["worlds"])
+             + '<a href="#metrics">metrics</a><a href="#protocol-cards">protocol cards</a>'
+               '<a href="#provenance">provenance</a></nav>')
+    doc.h(2, "At a glance")
+    doc.p("Per world, the best model in each layer's headline metric and how sure the paired bootstrap is: "
+          "**separated** when the model's 95% rank interval is [1–1]. No single layer certifies the others.")
+    per_world = {}
+    for world, wp in protocol["worlds"].items():
+        iv = intervals[intervals.world == world]
+        cols = world_columns(iv, wp)
+        probe_t, calibrated = probe_rows(iv, wp)
+        per_world[world] = (iv, cols, probe_t, calibrated)
+        doc.h(3, f"{world}: which model is best at what")
+        doc.table(glance(iv, list(wp["models"]), _headline_columns(cols, calibrated), world))
+    doc.p(OUTSIDE_NOTE)
+    for world, wp in protocol["worlds"].items():
+        iv, cols, probe_t, calibrated = per_world[world]
+        _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
+                        with_figures)
+    doc.h(2, "Metrics")
+    for m in REGISTRY.values():
+        direction = {True: "higher is better", False: "lower is better", None: f"closest to {m.target} is best"}
+        doc.p(f"`{m.name}` ({m.layer}, {direction[m.higher_is_better]}, {m.unit}, aggregate {m.aggregate}): "
+              f"{m.definition}")
+    label = "" if enc["comparable_to_published"] else " Not comparable to published FID/FVD."
+    if enc.get("clip"):
+        doc.p(f"Encoder `{enc['encoder']}` ({enc['kind']}, {enc.get('returns')}) embeds clips {enc['clip']} "
+              f"(preprocessing {enc['preprocessing']}); `feature_mse` (a per-frame metric) is not computed for a "
+              f"video encoder.{label}")
+    else:
+        doc.p(f"`feature_mse` and the distributional metrics use encoder `{enc['encoder']}` ({enc['kind']}; "
+              f"preprocessing {enc['preprocessing']}).{label}")
+    doc.h(2, "Protocol cards")
+    doc.p("One card per metric and regime: what was compared, how, with how many samples, and how its interval "
+          "was made. The same cards are in `reports/protocols.json`; every interval row with its method, B, "
+          "level, resampling unit and strata is in `reports/intervals.csv`.")
+    for world, by_metric in cards.items():
+        doc.h(3, f"{world}: protocol cards")
+        doc.html("".join(_card_html(world, m, r, c) for m, by_regime in by_metric.items()
+                         for r, c in by_regime.items()))
+        doc.md("\n".join(f"- `{m}` ({REGIME_LABEL.get(r, r)}): " + "; ".join(
+            f"{k}: {v}" for k, v in c.items() if k not in ("metric", "definition", "world", "layer"))
+            for m, by_regime in by_metric.items() for r, c in by_regime.items()))
+    _provenance_section(doc, provenance)
+    return doc
+
+
+def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str, Any], iv: pd.DataFrame,
+                    cols: dict[str, list[Column]], probe_t: Table | None, calibrated: list[Column],
+                    curves: pd.DataFrame | None, kcurves: pd.DataFrame | None, points: pd.DataFrame | None,
+                    with_figures: bool) -> None:
+    models = list(wp["models"])
+    dyn = wp["dynamics"]
+    wcv = curves[curves.world == world] if curves is not None else None
+    wkv = kcurves[kcurves.world == world] if kcurves is not None else None
+    fig = doc.figure if with_figures else (lambda _: None)
+    doc.h(2, world)
+    rank_cols = _headline_columns(cols, calibrated)
+    rk = ranking(iv, models, rank_cols)
+    if rk:
+        doc.h(3, "Cross-layer ranking")
+        doc.p("Rank by point estimate in each layer's headline metric (1 = best; ties share a rank), with the 95% "
+              "interval of the model's rank over the paired bootstrap replicates in brackets. In the HTML, rank 1 "
+              "is green, the last rank red, and a gold frame marks a rank that differs from the model's rank in "
+              "the column before it. A model that wins every column is rare; the column it loses tells you what "
+              "to fix.")
+        doc.table(rk)
+        base = wp.get("baseline")
+        if base:
+            doc.p(f"Paired differences to the baseline `{base}` (model minus baseline, same resampled episodes) "
+                  "and the share of bootstrap replicates in which the model is better:")
+            doc.table(baseline_table(iv, models, rank_cols, base))
+    doc.h(3, "Observation layers")
+    doc.table(table(iv, models, cols["observation"]))
+    cond_cols = [(f"`{c}`", "pixel_mse", "open_loop", c) for c in sorted(set(wp["plans"].values()))]
+    doc.p("Open-loop pixel MSE per condition (stratum):")
+    doc.table(table(iv, models, present(iv, cond_cols)))
+    if wcv is not None:
+        for metric in ("pixel_mse", "state_rmse", "ssim"):
+            fig(figures.curves(wcv, metric, "all", models, f"{metric} by horizon, {world}",
+                               "Teacher-forced (left) and open-loop (right) never pooled; bands are 95% "
+                               "episode-bootstrap intervals of each step."))
+    if cols["image"]:
+        doc.h(3, "Paired image metrics")
+        doc.p("PSNR in both conventions (mean of per-frame PSNR; PSNR of the pooled MSE) and their gap "
+              "10 log10(AM/GM) of the frame MSEs; an exact match counts as "
+              f"{protocol.get('scoring', {}).get('psnr_cap_db', 100):g} dB. SSIM: Gaussian window 11, sigma 1.5, "
+              "L = 1.")
+        doc.table(table(iv, models, cols["image"]))
+    if cols["stochastic"]:
+        nll = wp.get("nll", {})
+        doc.h(3, "Stochastic futures")
+        doc.p("Best-of-K picks, per realized future, the closest of the model's K samples: an oracle diagnostic, "
+              "not a deployable rule. Diversity is a spread, not coverage (compare with `ground_truth`). NLL base "
+              f"measure: {nll.get('base_measure', 'n/a')}.")
+        doc.table(table(iv, ["ground_truth", *models], cols["stochastic"]))
+        kt = kcurve_table(wkv, models)
+        if kt:
+            doc.p(f"Best-of-K sequence MSE over nested pools (oracle selection; cannot increase with K) "
+                  f"{REGISTRY['best_of_k_curve'].arrow}:")
+            doc.table(kt)
+            fig(figures.kcurve(wkv, models))
+        rt = reliability_table(iv, models)
+        if rt:
+            doc.p(f"Reliability of the event \"{wp.get('outcome_event')}\" (forecast = share of K samples; "
+                  "observed = frequency among the realized futures of the forecasts in the bin):")
+            doc.table(rt)
+            fig(figures.reliability(iv, models, str(wp.get("outcome_event"))))
+    if cols["distributional"]:
+        dp = wp.get("distributional", {})
+        doc.h(3, "Distributional metrics")
+        doc.p("`frame`: predicted frames against realized frames (the published FID construction, blind to which "
+              "history produced which frame). `transition`: each frame joined with the previous one, the motion "
+              "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
+              "plug-in estimator, which is biased at finite N; the bias-corrected row carries the basic interval "
+              "and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
+              "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
+              + " " + OUTSIDE_NOTE)
+        doc.table(table(iv, models, cols["distributional"]))
+        for text, t in strata_tables(iv, models, wp):
+            doc.p(text)
+            doc.table(t)
+        for view, vd in dp.get("views", {}).items():
+            fig(figures.strata_bars(iv, view, vd["strata"], protocol.get("scoring", {}).get("strata_weights",
+                                                                                             "uniform"), models))
+            if points is not None:
+                fig(figures.fd_vs_inverse_n(points[points.world == world], iv, view, models))
+            fig(figures.prdc(iv, view, models))
+    if cols["dynamics"]:
+        dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
+        doc.h(3, "Dynamics and control layers")
+        doc.table(table(iv, dyn_models, cols["dynamics"] + calibrated))
+        if wcv is not None:
+            for text, t in curve_tables(wcv, dyn_models[1:], wp):
+                doc.p(text)
+                doc.table(t)
+            for metric, cond, title in curve_specs(wp):
+                fig(figures.curves(_dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
+                                   "Dynamics episodes; bands are 95% intervals at each step."))
+        pairs = [(f"{a} vs {b}", "open_loop", f"{a} vs {b}") for a, b in dyn["counterfactual_pairs"]]
+        fig(figures.points(iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
+                           "Predicted over real one-step spread between the actions of a counterfactual pair; the "
+                           "dashed line is the ideal 1.", reference=1.0))
+        tasks = [(t, "closed_loop", t) for t in dyn["tasks"]]
+        fig(figures.points(iv, "control_cost", tasks, dyn_models, "MPC cost in the real world",
+                           "Random-shooting MPC planning with each model, acting in the true world; ground_truth "
+                           "plans with the simulator."))
+    if probe_t:
+        doc.h(3, "Physics probes, calibrated on the true world first")
+        doc.table(probe_t)
+        wins = [(f"{p} w={w}", "probe", f"{p} w={w}") for p in dyn["probes"] for w in dyn["probe_windows"]]
+        fig(figures.points(iv, "probe_flag_rate", wins, ["ground_truth"] + [m for m in models if m not in dyn["skipped"]],
+                           "Probe flag rate per window", "A window that flags the true world above "
+                           f"{dyn['probe_max_true_rate']} (dashed) is miscalibrated and not used to judge models.",
+                           reference=dyn["probe_max_true_rate"]))
+    if cols["task"]:
+        doc.h(3, "Task signals")
+        doc.p(f"Reward: {wp['reward']}; event: {wp['event']}. Read from each model's open-loop prediction.")
+        doc.table(table(iv, models, cols["task"]))
+    doc.h(3, f"Protocol: {world}")
+    lines = [f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), "
+             f"horizon H = {wp['horizon']}",
+             "- plans: " + ", ".join(f"`{p}` (condition `{c}`)" for p, c in wp["plans"].items())
+             + "; open-loop values weight plans equally, steps averaged within a plan",
+             f"- teacher-forced (one-step): along realization 0 of `{wp['teacher_forced_plan']}`, steps 1..H",
+             f"- realized futures M = {wp['num_futures']} per plan (errors average every (sample, future) pair); "
+             "samples K: " + ", ".join(f"`{m}` {k}" for m, k in wp["models"].items()),
+             f"- frames {wp['frame_shape']} stored as {wp['frame_dtype']}, data range L = 1; state metrics only for "
+             "models that output states (" + ", ".join(f"`{m}`" for m in wp["models_with_state"]) + ")",
+             f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps ({dyn['n_random_plans']} "
+             "random plan(s), the counterfactual pairs " + ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
+             + f", and the actions the planner picks with each model on `{next(iter(dyn['tasks']), 'n/a')}`)",
+             f"- planner: random shooting, {dyn['n_plans']} plans of {dyn['plan_horizon']} steps, replanned every "
+             f"step, acting in the real world; control: {dyn['control_episodes']} episodes of {dyn['control_steps']} "
+             "steps per task; tasks: " + "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items()),
+             f"- probes: {dyn['probe_horizon']} zero-action steps, windows {dyn['probe_windows']}, tolerance "
+             f"{dyn['probe_tolerance']}"]
+    lines += [f"- `{m}` has no dynamics layers: {why}" for m, why in dyn["skipped"].items()]
+    doc.md("\n".join(lines))
+    doc.html("<ul>" + "".join(f"<li>{inline(x[2:])}</li>" for x in lines) + "</ul>")
+
+
+def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
+    doc.h(2, "Provenance")
+    if not provenance:
+        doc.p("No provenance record was given to the renderer.")
+        return
+    doc.p("Where these numbers came from: the git commit and dirty flag when the report was rendered, the "
+          "dvc.lock md5 of every stage's inputs and outputs, params, package versions, encoder weights, seeds, "
+          "hardware and determinism settings. The same record is `reports/provenance.json`; "
+          "`wmeval audit WORLD/MODEL/METRIC` traces one number through it.")
+    for key, value in provenance.items():
+        rows = [(k, str(v)) for k, v in flatten(value).items()]
+        if key == "params":
+            rows = [r for r in rows if not r[0].startswith(("models.", "worlds."))] + \
+                [r for r in rows if r[0].startswith(("models.", "worlds."))]
+        doc.h(3, key)
+        doc.table(Table(["key", "value"], [[f"`{k}`" if k else "", v] for k, v in rows]))
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
+           kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
+           provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None,
+           cards: dict | None = None) -> tuple[str, str]:
+    """The scorecard as ``(markdown, html)``, from one document (the figures appear in the HTML only)."""
+    doc = build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True, coverage=coverage,
+                cards=cards)
+    return to_markdown(doc), to_html(doc, "wmeval scorecard")
+
+
+INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",
+                    "diff_point", "diff_low", "diff_high", "p_better", "rank", "rank_low", "rank_high", "method",
+                    "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "undefined_replicates"]
+
+
+def interval_table(intervals: pd.DataFrame, protocol: dict[str, Any]) -> pd.DataFrame:
+    """Every interval row with its protocol columns (method, B, level, resampling unit, strata)."""
+    out = intervals[[c for c in INTERVAL_COLUMNS if c in intervals]].copy()
+    out["strata"] = protocol["bootstrap"].get("strata", "none")
+    return out.sort_values(["world", "metric", "regime", "condition", "source"], kind="stable")
+
+
+def plot_data(curves: pd.DataFrame | None, kcurves: pd.DataFrame | None,
+              intervals: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Plot files for ``dvc plots`` (relative path -> table with ``model``, x, ``point``, ``low``, ``high``)."""
+    out: dict[str, pd.DataFrame] = {}
+    cols = ["point", "low", "high"]
+    if curves is not None:
+        for (w, m, r, c), g in curves.groupby(["world", "metric", "regime", "condition"], sort=True):
+            out[f"curves/{slug(f'{w} {m} {r} {c}')}.csv"] = (
+                g.rename(columns={"source": "model"})[["model", "t", *cols]].sort_values(["model", "t"]))
+    if kcurves is not None:
+        for (w, c), g in kcurves.groupby(["world", "condition"], sort=True):
+            out[f"kcurves/{slug(f'{w} {c}')}.csv"] = (
+                g.rename(columns={"source": "model"})[["model", "k", *cols]].sort_values(["model", "k"]))
+    rel = intervals[intervals.metric == "event_frequency"]
+    fc = intervals[intervals.metric == "event_forecast"].set_index(["world", "source", "condition"]).point
+    for w, g in rel.groupby("world", sort=True):
+        t = g.assign(forecast=[fc.get((w, s, c), np.nan) for s, c in zip(g.source, g.condition)])
+        out[f"reliability/{slug(w)}.csv"] = (t.rename(columns={"source": "model"})[["model", "forecast", *cols]]
+                                             .sort_values(["model", "forecast"]))
+    return out

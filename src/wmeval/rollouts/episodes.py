@@ -1,0 +1,243 @@
+"""The rollout protocol: episodes, plans, realized futures and every model's predictions.
+
+For one world, with protocol ``N, H, K, M``:
+
+1. draw N initial states (episode ids 0..N-1) and the plans: ``n_random_plans``
+   random plans, then the world's declared plans (pendulum: the +1 / -1
+   counterfactual pair; blobs: each discrete action);
+2. roll the true world out under each plan: M realized futures for a stochastic
+   world, 1 for a deterministic one (ground-truth rows, regime ``realized``);
+3. for each model, open loop: predict steps 1..H from ``o_0`` and the plan, K
+   samples from a stochastic model, 1 otherwise (regime ``open_loop``);
+4. teacher forced: along realization 0 of ``teacher_forced_plan``, predict each
+   ``o_t`` from the realized ``o_0..o_{t-1}`` (regime ``teacher_forced``), with
+   the model's ``log_prob`` of the realized step where it has one.
+
+Every random draw comes from :func:`wmeval.core.rng.make_rng` keyed by world, component,
+plan and step, so results do not depend on which models or plans run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from wmeval.core.config import ProtocolConfig, WorldConfig
+from wmeval.core.digest import code_version
+from wmeval.core.errors import ConfigError, ModelOutputError
+from wmeval.core.rng import make_rng
+from wmeval.models.base import (
+    History,
+    Prediction,
+    build_model,
+    check_log_prob,
+    check_prediction,
+)
+from wmeval.tables import rollout_table, with_metadata
+from wmeval.worlds import Plan, World, build_world, rollout_states
+
+log = logging.getLogger(__name__)
+
+GROUND_TRUTH = "ground_truth"
+FORMAT = "wmeval-rollouts/1"
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """The evaluation set of one world: ids, initial states, plans, realized futures."""
+
+    ids: np.ndarray            # (N,)
+    s0: np.ndarray             # (N, D)
+    plans: list[Plan]
+    realized: dict[str, np.ndarray]  # plan -> (N, M, H + 1, D) states
+
+    def plan(self, name: str) -> Plan:
+        for p in self.plans:
+            if p.name == name:
+                return p
+        raise ConfigError(f"params.yaml: protocol.teacher_forced_plan = {name!r} is not a plan of this "
+                          f"world (plans: {[p.name for p in self.plans]})")
+
+
+def make_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
+    n, H, seed = protocol.n_episodes, protocol.horizon, protocol.seed
+    s0 = world.initial_states(n, make_rng(seed, world.name, "initial_states"))
+    plans = world.plans(n, H, protocol.n_random_plans, make_rng(seed, world.name, "plans"))
+    m = protocol.num_futures if world.stochastic else 1
+    realized = {}
+    for p in plans:
+        realized[p.name] = np.stack(
+            [rollout_states(world, s0, p.actions, make_rng(seed, world.name, "future", p.name, j))
+             for j in range(m)], axis=1)
+    return Episodes(ids=np.arange(n), s0=s0, plans=plans, realized=realized)
+
+
+def _metadata(world: World, wcfg: WorldConfig, protocol: ProtocolConfig, source: str,
+              model_cfg: dict | None, **extra: Any) -> dict:
+    return {
+        "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
+        "source": source, "model_config": model_cfg, "protocol": dataclasses.asdict(protocol),
+        "seed": protocol.seed, "code": code_version("rollouts"), "frame_dtype": protocol.frame_dtype,
+        "reward": world.describe().get("reward"), **extra,
+    }
+
+
+def ground_truth_table(world: World, wcfg: WorldConfig, protocol: ProtocolConfig, eps: Episodes) -> pa.Table:
+    tables = []
+    for p in eps.plans:
+        states = eps.realized[p.name]  # (N, M, H + 1, D)
+        frames = world.render(states)
+        actions = np.concatenate([np.zeros_like(p.actions[:, :1]), p.actions], axis=1)
+        tables.append(rollout_table(
+            world=world.name, source=GROUND_TRUTH, regime="realized", plan=p.name, condition=p.condition,
+            episodes=eps.ids, t=np.arange(protocol.horizon + 1), frames=frames, states=states,
+            actions=actions, frame_dtype=protocol.frame_dtype, reward=world.reward(states, frames)))
+    meta = _metadata(world, wcfg, protocol, GROUND_TRUTH, None,
+                     num_futures=int(states.shape[1]),
+                     plans={p.name: p.condition for p in eps.plans})
+    return with_metadata(pa.concat_tables(tables), meta)
+
+
+def _predict(model: Any, name: str, world: World, regime: str, plan: Plan, history: History,
+             actions: np.ndarray, samples: int, rng: np.random.Generator, eps: Episodes,
+             protocol: ProtocolConfig) -> Prediction:
+    horizon = actions.shape[1]
+    if getattr(model, "precomputed", False):
+        return model.load(regime, plan.name, eps.ids, protocol.horizon, samples,
+                          world.frame_shape, world.state_dim)
+    try:
+        pred = model.predict(history, actions, samples, rng)
+    except ModelOutputError:
+        raise
+    except Exception as e:
+        raise ModelOutputError(
+            f"model {name!r} on world {world.name!r}: predict() raised {type(e).__name__}: {e} "
+            f"(regime {regime}, plan {plan.name})") from e
+    return check_prediction(pred, n=len(eps.ids), samples=samples, horizon=horizon,
+                            frame_shape=world.frame_shape, state_dim=world.state_dim,
+                            where=f"model {name!r} on world {world.name!r} ({regime}, plan {plan.name})")
+
+
+def _frames(world: World, pred: Prediction) -> np.ndarray:
+    return pred.frames if pred.frames is not None else world.render(pred.states)
+
+
+def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: WorldConfig,
+                protocol: ProtocolConfig, eps: Episodes, progress: tqdm | None = None) -> pa.Table:
+    """All rows of one model on one world: open loop under every plan, then teacher forced."""
+    seed, H = protocol.seed, protocol.horizon
+    samples = protocol.num_samples if getattr(model, "stochastic", False) else 1
+    n = len(eps.ids)
+    d = world.state_dim
+    tables, has_state, rendered = [], [], []
+    h0 = History(states=eps.s0[:, None], actions=np.zeros((n, 0, world.action_dim)), render=world.render)
+    for p in eps.plans:
+        pred = _predict(model, name, world, "open_loop", p, h0, p.actions, samples,
+                        make_rng(seed, world.name, "model", name, "open_loop", p.name), eps, protocol)
+        frames = _frames(world, pred)
+        tables.append(rollout_table(
+            world=world.name, source=name, regime="open_loop", plan=p.name, condition=p.condition,
+            episodes=eps.ids, t=np.arange(1, H + 1), frames=frames, states=pred.states,
+            actions=p.actions, frame_dtype=protocol.frame_dtype, reward=world.reward(pred.states, frames)))
+        has_state.append(pred.states is not None)
+        rendered.append(pred.frames is None)
+        if progress is not None:
+            progress.update()
+
+    p = eps.plan(protocol.teacher_forced_plan)
+    real = eps.realized[p.name][:, 0]  # (N, H + 1, D), realization 0
+    real_frames = world.render(real)
+    if getattr(model, "precomputed", False):
+        pred = _predict(model, name, world, "teacher_forced", p, h0, p.actions, samples, None, eps, protocol)
+        tf_frames, tf_states = _frames(world, pred), pred.states
+    else:
+        steps = []
+        for t in range(1, H + 1):
+            hist = History(frames=real_frames[:, :t], states=real[:, :t], actions=p.actions[:, :t - 1])
+            steps.append(_predict(model, name, world, "teacher_forced", p, hist, p.actions[:, t - 1:t],
+                                  samples, make_rng(seed, world.name, "model", name, "teacher_forced", t),
+                                  eps, protocol))
+        tf_frames = np.concatenate([_frames(world, s) for s in steps], axis=2)
+        tf_states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
+        pred = steps[0]
+    has_state.append(tf_states is not None)
+    rendered.append(pred.frames is None)
+    logp = None
+    if getattr(model, "stochastic", False) and callable(getattr(model, "log_prob", None)):
+        future = History(frames=real_frames[:, 1:], states=real[:, 1:], actions=p.actions)
+        try:
+            raw = model.log_prob(h0, p.actions, future)
+        except NotImplementedError:
+            raw = None
+        if raw is not None:
+            logp = check_log_prob(raw, (n, H), f"model {name!r} on world {world.name!r}: log_prob")
+    tables.append(rollout_table(
+        world=world.name, source=name, regime="teacher_forced", plan=p.name, condition=p.condition,
+        episodes=eps.ids, t=np.arange(1, H + 1), frames=tf_frames, states=tf_states,
+        actions=p.actions, frame_dtype=protocol.frame_dtype, logp=logp, reward=world.reward(tf_states, tf_frames)))
+    if len(set(has_state)) > 1:
+        raise ModelOutputError(f"model {name!r} on world {world.name!r}: returned states for some calls and "
+                               "not others; return states always or never")
+    if progress is not None:
+        progress.update()
+    meta = _metadata(world, wcfg, protocol, name, model_cfg, num_samples=samples,
+                     stochastic=samples > 1 or bool(getattr(model, "stochastic", False)),
+                     has_state=bool(has_state[0]), frames_rendered_from_states=bool(rendered[0]),
+                     has_logp=logp is not None, state_dim=d)
+    return with_metadata(pa.concat_tables(tables, promote_options="default"), meta)
+
+
+def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:
+    """Instantiate (and fit) every model of a world before anything runs, so a bad config fails first."""
+    return {name: build_model(world.name, name, dict(cfg), world) for name, cfg in models_cfg.items()}
+
+
+def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
+              progress: bool = True, *, world: World | None = None,
+              models: dict[str, Any] | None = None) -> dict[str, pa.Table]:
+    """Every observation table of one world: ``{"ground_truth": ..., model name: ...}``."""
+    world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
+    models = models if models is not None else build_models(world, models_cfg)
+    eps = make_episodes(world, protocol)
+    eps.plan(protocol.teacher_forced_plan)  # fail early on a bad plan name
+    out = {GROUND_TRUTH: ground_truth_table(world, wcfg, protocol, eps)}
+    bar = tqdm(total=len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
+               unit="rollout", disable=not progress)
+    with bar:
+        for name, model in models.items():
+            out[name] = model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, eps, bar)
+    return out
+
+
+def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> None:
+    """Write what an external model needs to produce imported predictions.
+
+    ``out/episodes.npz``: ``episode`` (N,), ``state`` (N, D), ``frame`` (N, H_img, W, C) float32;
+    ``out/plans/<plan>.npy``: actions (N, H, A);
+    ``out/teacher_forced.npz``: the realized ``states`` (N, H + 1, D) and ``frames`` along
+    the teacher-forced plan (realization 0); ``out/protocol.json``: the rest.
+    """
+    world = build_world(wcfg.name, dataclasses.asdict(wcfg))
+    eps = make_episodes(world, protocol)
+    tf = eps.plan(protocol.teacher_forced_plan)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plans").mkdir(exist_ok=True)
+    np.savez_compressed(out / "episodes.npz", episode=eps.ids, state=eps.s0, frame=world.render(eps.s0))
+    for p in eps.plans:
+        np.save(out / "plans" / f"{p.name}.npy", p.actions)
+    real = eps.realized[tf.name][:, 0]
+    np.savez_compressed(out / "teacher_forced.npz", states=real, frames=world.render(real))
+    (out / "protocol.json").write_text(json.dumps({
+        "world": world.name, "horizon": protocol.horizon, "num_samples": protocol.num_samples,
+        "teacher_forced_plan": tf.name, "plans": {p.name: p.condition for p in eps.plans},
+        "frame_shape": list(world.frame_shape), "state_dim": world.state_dim,
+        "action_dim": world.action_dim, "world_description": world.describe(),
+    }, indent=2, sort_keys=True))

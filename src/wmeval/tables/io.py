@@ -1,0 +1,205 @@
+"""The Parquet data model for rollouts and features.
+
+A rollout file holds the rows of one ``(world, source)``: ``source`` is
+``ground_truth`` or a model name. One row is one observation:
+
+========== ===================================================================
+column     meaning
+========== ===================================================================
+world      world name
+source     ``ground_truth`` or the model name
+episode    evaluation episode id (the independent unit, the bootstrap cluster)
+condition  the stratum: discrete action, counterfactual arm, or ``random``
+plan       the action plan id (``random_0``, ``const_+1``, ``left``, ...)
+sample     model sample 0..K-1; for ground truth the realized future 0..M-1
+regime     ``teacher_forced`` or ``open_loop`` for models, ``realized`` for
+           ground truth
+t          step 1..H (ground truth also has t = 0, the shared context frame)
+valid      mask; False marks padding (excluded from every metric)
+frame      fixed-shape tensor ``(H_img, W, C)``, uint8 (value / 255 in [0, 1])
+           or float32 in [0, 1], per the file's ``frame_dtype``
+state      fixed-shape tensor ``(D,)`` float64, where the source has states
+action     fixed-shape tensor ``(A,)`` float64, the action that led to ``o_t``
+           (zeros at t = 0)
+logp       float64, optional: log density of the realized ``o_t`` given the
+           realized history, on teacher-forced rows of models with a density
+reward     float64, optional: the world's declared reward read from the row's
+           state (pendulum) or frame (blobs)
+========== ===================================================================
+
+The file's schema metadata key ``wmeval`` holds a JSON record of what produced
+it (world and model config, seed, protocol, code version, frame dtype).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wmeval.core.errors import WmevalError
+
+METADATA_KEY = b"wmeval"
+KEY_COLUMNS = ("world", "source", "episode", "condition", "plan", "sample", "regime", "t", "valid")
+REGIMES = ("teacher_forced", "open_loop", "realized", "probe", "closed_loop")
+
+
+def tensor_array(values: np.ndarray) -> pa.ExtensionArray:
+    """``(rows, *shape)`` numpy array to an Arrow fixed-shape tensor array (zero-copy when contiguous)."""
+    return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+
+
+def tensor_numpy(table: pa.Table, column: str) -> np.ndarray:
+    """A fixed-shape tensor column as one ``(rows, *shape)`` numpy array, without a per-row loop."""
+    col = table.column(column)
+    if not isinstance(col.type, pa.FixedShapeTensorType):
+        raise WmevalError(f"column {column!r} is {col.type}, expected a fixed-shape tensor")
+    if col.num_chunks == 0:
+        return np.empty((0, *col.type.shape), dtype=col.type.value_type.to_pandas_dtype())
+    return col.combine_chunks().to_numpy_ndarray()
+
+
+def encode_frames(frames: np.ndarray, dtype: str) -> np.ndarray:
+    """Frames float in [0, 1] to the stored dtype (``uint8`` rounds x * 255)."""
+    if dtype == "uint8":
+        return np.rint(np.clip(frames, 0.0, 1.0) * 255.0).astype(np.uint8)
+    if dtype == "float32":
+        return np.asarray(frames, dtype=np.float32)
+    raise ValueError(f"frame_dtype must be 'uint8' or 'float32', got {dtype!r}")
+
+
+def decode_frames(frames: np.ndarray) -> np.ndarray:
+    """Stored frames to float32 in [0, 1]."""
+    if frames.dtype == np.uint8:
+        return frames.astype(np.float32) / np.float32(255.0)
+    return frames.astype(np.float32, copy=False)
+
+
+def rollout_table(*, world: str, source: str, regime: str, plan: str, condition: str,
+                  episodes: np.ndarray, t: np.ndarray, frames: np.ndarray | None,
+                  states: np.ndarray | None, actions: np.ndarray, frame_dtype: str,
+                  logp: np.ndarray | None = None, valid: np.ndarray | None = None,
+                  reward: np.ndarray | None = None) -> pa.Table:
+    """Rows for one (source, regime, plan), arrays laid out ``(N, S, T, ...)``.
+
+    Args:
+        episodes: ``(N,)`` episode ids.
+        t: ``(T,)`` step numbers.
+        frames: ``(N, S, T, H_img, W, C)`` float in [0, 1], or None.
+        states: ``(N, S, T, D)``, or None.
+        actions: ``(N, T, A)``, the action leading to each step (shared by samples).
+        logp: ``(N, T)`` or None (shared by samples).
+        valid: ``(N, T)`` bool or None (all valid).
+        reward: ``(N, S, T)`` or None: the world's reward read from each row's state or frame.
+
+    Rows are ordered episode, sample, t.
+    """
+    arr = frames if frames is not None else states
+    n, s, T = arr.shape[:3]
+    rows = n * s * T
+    ep = np.repeat(np.asarray(episodes, dtype=np.int32), s * T)
+    sample = np.tile(np.repeat(np.arange(s, dtype=np.int32), T), n)
+    tt = np.tile(np.asarray(t, dtype=np.int32), n * s)
+
+    def per_step(x: np.ndarray) -> np.ndarray:  # (N, T, ...) -> rows, repeated over samples
+        return np.repeat(x[:, None], s, axis=1).reshape(rows, *x.shape[2:])
+
+    cols: dict[str, Any] = {
+        "world": pa.array([world] * rows, pa.string()).dictionary_encode(),
+        "source": pa.array([source] * rows, pa.string()).dictionary_encode(),
+        "episode": ep,
+        "condition": pa.array([condition] * rows, pa.string()).dictionary_encode(),
+        "plan": pa.array([plan] * rows, pa.string()).dictionary_encode(),
+        "sample": sample,
+        "regime": pa.array([regime] * rows, pa.string()).dictionary_encode(),
+        "t": tt,
+        "valid": per_step(np.ones((n, T), bool) if valid is None else np.asarray(valid, bool)),
+    }
+    if frames is not None:
+        cols["frame"] = tensor_array(encode_frames(frames.reshape(rows, *frames.shape[3:]), frame_dtype))
+    if states is not None:
+        cols["state"] = tensor_array(np.asarray(states, np.float64).reshape(rows, states.shape[-1]))
+    cols["action"] = tensor_array(per_step(np.asarray(actions, np.float64)))
+    if logp is not None:
+        cols["logp"] = per_step(np.asarray(logp, np.float64))
+    if reward is not None:
+        cols["reward"] = np.asarray(reward, np.float64).reshape(rows)
+    return pa.table(cols)
+
+
+def with_metadata(table: pa.Table, meta: dict[str, Any]) -> pa.Table:
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    if not Path(path).is_file():
+        raise WmevalError(f"{path}: missing")
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except Exception as e:
+        raise WmevalError(f"{path}: cannot be read as Parquet: {e}") from None
+    if METADATA_KEY not in md:
+        raise WmevalError(f"{path}: no wmeval metadata; not written by wmeval")
+    return json.loads(md[METADATA_KEY])
+
+
+def write_table(table: pa.Table, path: str | Path) -> None:
+    pq.write_table(table, path, compression="zstd")
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read a wmeval Parquet file, checking the key columns are there."""
+    path = Path(path)
+    if not path.is_file():
+        raise WmevalError(f"{path}: missing")
+    try:
+        table = pq.read_table(path, columns=columns)
+    except Exception as e:
+        raise WmevalError(f"{path}: cannot be read as Parquet: {e}") from None
+    missing = [c for c in (columns or KEY_COLUMNS) if c not in table.column_names]
+    if missing:
+        raise WmevalError(f"{path}: columns {missing} are missing")
+    return table
+
+
+@contextmanager
+def atomic_dir(final: str | Path) -> Iterator[Path]:
+    """Write a directory in a temporary sibling; replace ``final`` only on success.
+
+    On any exception the temporary directory is removed and ``final`` is left
+    absent (DVC removed the previous output before running the stage), so a
+    failed stage never leaves half-written outputs.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final) if final.is_dir() else final.unlink()
+    os.replace(tmp, final)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,85 @@
+"""Each stage's code digest covers exactly its dvc.yaml code deps: it moves when they do, and only then."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wmeval.core.digest import code_version, file_digest, md5_file, stage_code_deps
+from wmeval.core.errors import WmevalError
+
+
+def _project(root: Path) -> Path:
+    (root / "stages").mkdir()
+    (root / "stages/a.py").write_text("print('a')\n")
+    (root / "src/pkg/one").mkdir(parents=True)
+    (root / "src/pkg/two").mkdir(parents=True)
+    (root / "src/pkg/one/m.py").write_text("X = 1\n")
+    (root / "src/pkg/two/n.py").write_text("Y = 2\n")
+    dvc = {"stages": {"a": {"cmd": "python stages/a.py",
+                            "deps": ["stages/a.py", "src/pkg/one", "data/in"], "outs": ["data/out"]},
+                      "b": {"cmd": "python stages/b.py", "deps": ["src/pkg/two"]}}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump(dvc))
+    return root
+
+
+def _digest(root: Path, stage: str = "a") -> str:
+    from wmeval.core import digest
+    digest._code_version.cache_clear()      # the digest is cached per process; these edits happen inside one
+    return code_version(stage, root)["source_sha256"]
+
+
+def test_code_deps_are_the_dvc_yaml_code_entries(tmp_path):
+    root = _project(tmp_path)
+    assert stage_code_deps("a", root) == ["stages/a.py", "src/pkg/one"]
+    rec = code_version("a", root)
+    assert rec["stage"] == "a" and rec["deps"] == "stages/a.py,src/pkg/one"
+
+
+def test_digest_moves_with_its_deps_and_only_with_them(tmp_path):
+    root = _project(tmp_path)
+    before = _digest(root)
+    (root / "src/pkg/two/n.py").write_text("Y = 3\n")           # another stage's code
+    (root / "src/pkg/one/__pycache__").mkdir()
+    (root / "src/pkg/one/__pycache__/m.cpython-311.pyc").write_bytes(b"\0junk")   # .dvcignore'd
+    assert _digest(root) == before
+    (root / "src/pkg/one/m.py").write_text("X = 2\n")           # its own code
+    changed = _digest(root)
+    assert changed != before
+    (root / "src/pkg/one/new.py").write_text("")                 # a new file in a dep folder
+    assert _digest(root) != changed
+    (root / "src/pkg/one/new.py").unlink()
+    assert _digest(root) == changed
+    (root / "stages/a.py").write_text("print('A')\n")           # the stage script
+    assert _digest(root) != changed
+
+
+def test_a_renamed_file_changes_the_digest(tmp_path):
+    root = _project(tmp_path)
+    before = _digest(root)
+    (root / "src/pkg/one/m.py").rename(root / "src/pkg/one/k.py")
+    assert _digest(root) != before
+
+
+def test_missing_dvc_yaml_stage_or_dep_is_a_clear_error(tmp_path):
+    with pytest.raises(WmevalError, match="dvc.yaml: not found"):
+        code_version("a", tmp_path)
+    root = _project(tmp_path)
+    with pytest.raises(WmevalError, match="no stage 'zz'"):
+        code_version("zz", root)
+    (root / "src/pkg/one/m.py").unlink()
+    (root / "src/pkg/one").rmdir()
+    from wmeval.core import digest
+    digest._code_version.cache_clear()
+    with pytest.raises(WmevalError, match="code dep 'src/pkg/one' does not exist"):
+        code_version("a", root)
+
+
+def test_file_digests_match_hashlib(tmp_path):
+    import hashlib
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"abc" * 1000)
+    assert md5_file(f) == hashlib.md5(b"abc" * 1000).hexdigest()
+    assert file_digest(f) == hashlib.sha256(b"abc" * 1000).hexdigest()

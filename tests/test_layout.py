@@ -1,0 +1,252 @@
+"""The layout: complete stage deps in dvc.yaml, no import circles, imports that flow one way.
+
+A stage whose dvc.yaml deps miss a file it imports returns stale numbers when that file changes
+(DVC says "nothing to reproduce"). These tests read every import in the code (inside functions
+too) and fail when a stage script can reach a project file that is not under one of its deps.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PKG = SRC / "wmeval"
+#: One subpackage per stage; the rest of src/wmeval are shared layers (and the CLI apps on top).
+STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
+SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering")
+APPS = ("cli", "sweep")
+
+
+def module_file(name: str) -> Path | None:
+    """The file of module ``wmeval.x.y`` (``None`` for a module outside the package)."""
+    if name != "wmeval" and not name.startswith("wmeval."):
+        return None
+    base = SRC / Path(*name.split("."))
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@lru_cache(maxsize=None)
+def imported_files(path: Path, parents: bool = True) -> frozenset[Path]:
+    """Project files that ``path`` imports anywhere (module level or inside a function); with
+    ``parents``, the ``__init__.py`` of every package on the way too (Python runs them)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = module_name(path) if path.is_relative_to(SRC) else ""
+    is_pkg = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = here.split(".") if is_pkg else here.split(".")[:-1]
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)   # `from pkg import module`
+    out: set[Path] = set()
+    for name in names:
+        parts = name.split(".")
+        for i in range(1 if parents else len(parts), len(parts) + 1):   # parents' __init__ run first
+            f = module_file(".".join(parts[:i]))
+            if f is not None:
+                out.add(f)
+    return frozenset(out)
+
+
+def reachable(script: Path) -> set[Path]:
+    """Every project file a stage script can import, transitively."""
+    seen, todo = {script}, [script]
+    while todo:
+        for f in imported_files(todo.pop()):
+            if f not in seen:
+                seen.add(f)
+                todo.append(f)
+    return seen
+
+
+def dep_paths(stage: dict) -> list[str]:
+    return [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
+
+
+def out_paths(stage: dict) -> list[str]:
+    return [o if isinstance(o, str) else next(iter(o)) for key in ("outs", "metrics", "plots")
+            for o in stage.get(key, [])]
+
+
+def under(path: str, deps: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+def missing_code_deps(dvc: dict) -> dict[str, list[str]]:
+    """``{stage: [project files it can import that its deps do not cover]}``."""
+    out = {}
+    for name, stage in dvc["stages"].items():
+        script = ROOT / "stages" / f"{name}.py"
+        deps = dep_paths(stage)
+        files = sorted(f.relative_to(ROOT).as_posix() for f in reachable(script))
+        out[name] = [f for f in files if not under(f, deps)]
+    return out
+
+
+def data_literals(script: Path) -> set[str]:
+    """String constants in a stage script that name a project data path (``data/``, ``benchmarks/``, ``reports/``)."""
+    tree = ast.parse(script.read_text())
+    return {n.value.rstrip("/") for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value.startswith(("data/", "benchmarks/", "reports/"))}
+
+
+def missing_data_deps(dvc: dict) -> dict[str, list[str]]:
+    """``{stage: [paths its script names that are neither a dep nor an out]}``."""
+    out = {}
+    for name, stage in dvc["stages"].items():
+        deps, outs = dep_paths(stage), out_paths(stage)
+        out[name] = sorted(p for p in data_literals(ROOT / "stages" / f"{name}.py")
+                           if not under(p, deps) and not under(p, outs) and not any(under(o, [p]) for o in outs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def dvc() -> dict:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())
+
+
+def test_every_stage_has_a_script_and_a_subpackage(dvc):
+    assert tuple(dvc["stages"]) == STAGES
+    for name in STAGES:
+        assert (ROOT / "stages" / f"{name}.py").is_file()
+        assert (PKG / name / "__init__.py").is_file()
+        assert f"src/wmeval/{name}" in dep_paths(dvc["stages"][name])
+
+
+def test_stage_deps_cover_every_imported_file(dvc):
+    assert missing_code_deps(dvc) == {name: [] for name in STAGES}
+
+
+def test_stage_deps_cover_every_data_path_the_script_names(dvc):
+    assert missing_data_deps(dvc) == {name: [] for name in STAGES}
+
+
+def test_deleting_a_dep_line_is_caught(dvc):
+    """The check is not vacuous: drop any one code dep of a stage and it reports the files that fell out."""
+    for name, stage in dvc["stages"].items():
+        code = [d for d in dep_paths(stage) if d.startswith(("src/", "stages/"))]
+        assert code, name
+        for dep in code:
+            broken = copy.deepcopy(dvc)
+            broken["stages"][name]["deps"] = [d for d in broken["stages"][name]["deps"] if d != dep]
+            missing = missing_code_deps(broken)[name]
+            assert missing and all(under(f, [dep]) for f in missing), (name, dep, missing)
+    # and a data dep: bootstrap reads the rollouts for the distributional replicates
+    broken = copy.deepcopy(dvc)
+    broken["stages"]["bootstrap"]["deps"].remove("data/rollouts")
+    assert missing_data_deps(broken)["bootstrap"] == ["data/rollouts"]
+
+
+def test_no_dep_is_listed_that_the_stage_does_not_use(dvc):
+    """A code dep nothing reaches only causes needless re-runs (and hides a wrong layout)."""
+    for name, stage in dvc["stages"].items():
+        files = {f.relative_to(ROOT).as_posix() for f in reachable(ROOT / "stages" / f"{name}.py")}
+        for dep in dep_paths(stage):
+            if dep.startswith(("src/", "stages/")):
+                assert any(under(f, [dep]) for f in files), (name, dep)
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Top-level unit (``core``, ``rollouts``, ``cli``, ...) -> the units it imports."""
+    graph: dict[str, set[str]] = {}
+    for f in PKG.rglob("*.py"):
+        rel = f.relative_to(PKG)
+        unit = rel.parts[0].removesuffix(".py")
+        if unit == "__init__":
+            continue
+        deps = set()
+        for g in imported_files(f):
+            r = g.relative_to(PKG)
+            if r.parts[0] != "__init__.py":
+                deps.add(r.parts[0].removesuffix(".py"))
+        graph.setdefault(unit, set()).update(deps - {unit})
+    return graph
+
+
+def _module_graph() -> dict[str, set[str]]:
+    out = {}
+    for f in PKG.rglob("*.py"):
+        out[module_name(f)] = {module_name(g) for g in imported_files(f, parents=False)} - {module_name(f)}
+    return out
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (c := visit(m)):
+                return c
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (c := visit(n)):
+            return c
+    return None
+
+
+def test_no_import_circles():
+    """Between modules, and between the top-level units (a module never imports its own package's face)."""
+    graph = _module_graph()
+    assert graph["wmeval"] == set()        # the root holds the version only, so anything may import it
+    for pkg in {m for m in graph if module_file(m).name == "__init__.py"} - {"wmeval"}:
+        for mod in graph:
+            if mod.startswith(pkg + ".") and pkg in graph[mod]:
+                pytest.fail(f"{mod} imports its own package's face {pkg}: import the module itself")
+    assert _cycle(graph) is None
+    assert _cycle(_package_graph()) is None
+
+
+def test_imports_flow_from_stages_to_shared_layers_only():
+    graph = _package_graph()
+    assert set(graph) == set(STAGES) | set(SHARED) | set(APPS)
+    for unit, deps in graph.items():
+        if unit in SHARED:
+            assert not deps & (set(STAGES) | set(APPS)), f"shared layer {unit} imports {deps & set(STAGES)}"
+        if unit in STAGES:
+            assert not deps & (set(STAGES) | set(APPS)), f"stage {unit} imports {deps & set(STAGES)}"
+
+
+def test_the_check_sees_a_circle_and_an_upward_import():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    # imported_files reads imports inside functions too, with the packages' faces on the way
+    tree_text = "def f():\n    from wmeval.report import scorecard\n"
+    tmp = PKG.parent / "_layout_probe_not_a_module.py"
+    assert not tmp.exists()
+    try:
+        tmp.write_text(tree_text)
+        got = {g.relative_to(PKG).as_posix() for g in imported_files(tmp)}
+    finally:
+        tmp.unlink()
+    assert {"__init__.py", "report/__init__.py", "report/scorecard.py"} <= got
