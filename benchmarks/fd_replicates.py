@@ -59,11 +59,11 @@ def main() -> None:
         single.append(time.perf_counter() - t)
         # Marginal cost: B = 1 + R replicates minus B = 1 (the one-off moments and kernel sums).
         t = time.perf_counter()
-        replicates({"frame": vs}, counts[:1], Settings())
+        replicates({"frame": vs}, counts[:1], Settings.defaults())
         one = time.perf_counter() - t
         first.append(one)
         t = time.perf_counter()
-        replicates({"frame": vs}, counts, Settings())
+        replicates({"frame": vs}, counts, Settings.defaults())
         per_rep.append((time.perf_counter() - t - one) / (args.replicates - 1))
     res = {"dim": d, "episodes": n_eps, "rows_per_episode_and_side": rows, "cores": os.cpu_count(),
            "single_fd_s": statistics.median(single), "per_replicate_s": statistics.median(per_rep),

@@ -6,7 +6,6 @@ from wmeval.bootstrap import bootstrap_stage
 from wmeval.core.config import load_params
 from wmeval.core.runner import main
 
-
 STATS, ROLLOUTS, FEATURES = Path("data/stats"), Path("data/rollouts"), Path("data/features")
 OUT, METRICS = Path("data/bootstrap"), Path("reports/metrics.json")
 

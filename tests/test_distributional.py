@@ -65,7 +65,7 @@ def _toy(rng, n_eps=40, rows=20, d=3):
 
 def test_pooled_fd_hides_a_balanced_swap_that_stratified_fd_exposes():
     vs = _toy(np.random.default_rng(2))
-    pts, prdc = point_estimates("toy", {"frame": vs}, Settings(min_stratum_count=10))
+    pts, prdc = point_estimates("toy", {"frame": vs}, Settings.defaults(min_stratum_count=10))
     v = pts.set_index(["source", "metric", "condition"]).value
     assert v["reversed", "fd", "frame:pooled"] < 0.05                       # same pooled mixture
     assert v["reversed", "fd_stratified", "frame:uniform"] > 3.0             # (2 * 1)^2 * d / ... per stratum
@@ -76,7 +76,7 @@ def test_pooled_fd_hides_a_balanced_swap_that_stratified_fd_exposes():
     assert set(prdc.metric) == {"precision", "recall", "density", "coverage"}
     # No stratum is below 10 rows or rank deficient here; with a higher minimum every stratum is flagged.
     assert not pts[pts.metric == "fd"].below_min_count.any()
-    flagged, _ = point_estimates("toy", {"frame": vs}, Settings(min_stratum_count=10_000))
+    flagged, _ = point_estimates("toy", {"frame": vs}, Settings.defaults(min_stratum_count=10_000))
     row = flagged[(flagged.metric == "fd_stratified") & (flagged.source == "reversed")].iloc[0]
     assert row.below_min_count and row.flagged_strata == "a,b" and np.isfinite(row.value)   # flagged, kept
 
@@ -84,8 +84,8 @@ def test_pooled_fd_hides_a_balanced_swap_that_stratified_fd_exposes():
 def test_replicates_serial_equal_parallel_and_match_direct_recomputation():
     vs = _toy(np.random.default_rng(3), n_eps=12, rows=6)
     counts = np.random.default_rng(4).multinomial(12, np.full(12, 1 / 12), size=8)
-    serial = replicates({"frame": vs}, counts, Settings(), n_jobs=1)
-    parallel = replicates({"frame": vs}, counts, Settings(), n_jobs=2)
+    serial = replicates({"frame": vs}, counts, Settings.defaults(), n_jobs=1)
+    parallel = replicates({"frame": vs}, counts, Settings.defaults(), n_jobs=2)
     for a, b in zip(serial, parallel):
         assert (a.metric, a.condition) == (b.metric, b.condition)
         np.testing.assert_array_equal(a.values, b.values)
@@ -114,7 +114,7 @@ def test_sample_space_replicates_match_direct_recomputation_when_rows_are_fewer_
     fake = _side(rng, 8, 4, 40, shift=0.3)
     vs = ViewSets("frame", ref, {"m": fake}, ["a", "b"])
     counts = rng.multinomial(8, np.full(8, 1 / 8), size=4)
-    reps = replicates({"frame": vs}, counts, Settings(), n_jobs=1)
+    reps = replicates({"frame": vs}, counts, Settings.defaults(), n_jobs=1)
     assert _sample_grams(ref, {"m": fake}, 40) is not None                                 # the path under test
     c0 = counts[0].astype(float)
     a, b = Moments.of(ref, 8, False).factor(c0), Moments.of(fake, 8, False).factor(c0)

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from wmeval.cli import main
 from wmeval.core.config import EncoderConfig
+from wmeval.core.digest import file_sha256
 from wmeval.core.errors import ConfigError, WmevalError
 from wmeval.encoders import build_encoder, fid_architecture, random_conv_net
 from wmeval.encoders.lpips_backbone import load_lpips
 from wmeval.encoders.weights import WeightsError, WeightsSpec, fetch
-from wmeval.core.digest import file_sha256
 
 
 @pytest.fixture(scope="module")

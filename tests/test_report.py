@@ -13,9 +13,9 @@ from wmeval.report.scorecard import (
     figures,
     glance,
     interval_table,
+    metric_table,
     plot_data,
     separated_best,
-    table,
 )
 
 COLS = [("one-step pixel MSE", "pixel_mse", "teacher_forced", "all")]
@@ -37,12 +37,12 @@ def _rows(points, ranks, metric="pixel_mse", regime="teacher_forced", condition=
 def test_best_is_marked_only_when_the_rank_interval_is_one_one():
     sep = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 3), (3, 2, 3)])
     assert separated_best(sep, ["a", "b", "c"], "pixel_mse", "teacher_forced", "all") == "a"
-    t = table(sep, ["a", "b", "c"], COLS)
+    t = metric_table(sep, ["a", "b", "c"], COLS)
     assert t.classes[0][1].split() == ["num", "best"] and "best" not in t.classes[1][1]
     assert "**1 [0.9, 1.1]**" in to_markdown(_doc(t))
     overlap = _rows({"a": 1.0, "b": 1.05, "c": 3.0}, [(1, 1, 2), (2, 1, 2), (3, 3, 3)])
     assert separated_best(overlap, ["a", "b", "c"], "pixel_mse", "teacher_forced", "all") is None
-    assert not any("best" in c for row in table(overlap, ["a", "b", "c"], COLS).classes for c in row)
+    assert not any("best" in c for row in metric_table(overlap, ["a", "b", "c"], COLS).classes for c in row)
 
 
 def test_glance_says_how_sure():

@@ -45,8 +45,7 @@ N_KEY, K_KEY, ENC_KEY = "protocol.n_episodes", "protocol.num_samples", "encoder.
 SWEEP_KEYS = (ENC_KEY, K_KEY, N_KEY)
 VALUE_COLUMNS = ("point", "low", "high", "diff_to_baseline", "diff_low", "diff_high", "p_better")
 #: Metrics computed on encoder features: the ones whose model ranking can depend on the encoder.
-FEATURE_METRICS = ("fd", "fd_stratified", "fd_bias_corrected", "fd_infinity", "kid", "precision", "recall",
-                   "density", "coverage", "feature_mse")
+FEATURE_METRICS = tuple(m for m, info in REGISTRY.items() if info.uses_encoder)
 
 
 # ----------------------------------------------------------------------------- collect

@@ -175,7 +175,7 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
     pts = pd.read_parquet(stats / "distributional.parquet")
     if pts.empty:
         return pd.DataFrame()
-    settings = Settings(strata_weights=sc.strata_weights, min_stratum_count=sc.min_stratum_count, seed=sc.seed)
+    settings = Settings.from_scoring(sc)
     B = boot.n_resamples_distributional
     rows = []
     for world, wp in protocol["worlds"].items():

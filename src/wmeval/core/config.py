@@ -261,21 +261,7 @@ def _check_name(name: Any, where: str) -> None:
         raise ConfigError(f"{where}: name {name!r} must match {_NAME.pattern} (it is used as a file name)")
 
 
-def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
-    """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level")
-    allowed = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring"}
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
-    for key in sorted(allowed):
-        if key not in raw:
-            raise ConfigError(f"{source}: section {key!r} is missing")
-    worlds = {k: parse_section(WorldConfig, v, f"{source}: worlds.{k}") for k, v in (raw["worlds"] or {}).items()}
-    if not worlds:
-        raise ConfigError(f"{source}: worlds is empty; select at least one world")
-    models = {k: parse_section(ModelsConfig, v, f"{source}: models.{k}") for k, v in (raw["models"] or {}).items()}
+def _check_models(models: dict[str, ModelsConfig], worlds: dict[str, WorldConfig], source: str) -> None:
     for k, m in models.items():
         if m.world not in worlds:
             raise ConfigError(
@@ -301,23 +287,30 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     for w, ks in by_world.items():
         if len(ks) > 1:
             raise ConfigError(f"{source}: models options {ks} all target world {w!r}; select one per world")
-    protocol = parse_section(ProtocolConfig, raw["protocol"], f"{source}: protocol")
+
+
+def _check_protocol(protocol: ProtocolConfig, source: str) -> None:
     for key in ("n_episodes", "horizon", "num_samples", "num_futures"):
         if getattr(protocol, key) < 1:
             raise ConfigError(f"{source}: protocol.{key} = {getattr(protocol, key)}; must be >= 1")
     if protocol.n_random_plans < 0 or protocol.seed < 0:
         raise ConfigError(f"{source}: protocol.n_random_plans and protocol.seed must be >= 0")
-    encoder = parse_section(EncoderConfig, raw["encoder"], f"{source}: encoder")
-    if encoder.kind == "i3d":
-        length, stride = encoder.params.get("clip_length", 16), encoder.params.get("frame_stride", 1)
-        if not (isinstance(length, int) and isinstance(stride, int) and length >= 1 and stride >= 1):
-            raise ConfigError(f"{source}: encoder.params clip_length = {length!r} and frame_stride = {stride!r} "
-                              "must be integers >= 1")
-        if 1 + stride * (length - 1) > protocol.horizon:
-            raise ConfigError(f"{source}: encoder {encoder.name!r} embeds clips of {length} frames with stride "
-                              f"{stride} (steps 1..{1 + stride * (length - 1)}), longer than protocol.horizon = "
-                              f"{protocol.horizon}; raise the horizon or lower encoder.params.clip_length")
-    boot = parse_section(BootstrapConfig, raw["bootstrap"], f"{source}: bootstrap")
+
+
+def _check_encoder(encoder: EncoderConfig, protocol: ProtocolConfig, source: str) -> None:
+    if encoder.kind != "i3d":
+        return
+    length, stride = encoder.params.get("clip_length", 16), encoder.params.get("frame_stride", 1)
+    if not (isinstance(length, int) and isinstance(stride, int) and length >= 1 and stride >= 1):
+        raise ConfigError(f"{source}: encoder.params clip_length = {length!r} and frame_stride = {stride!r} "
+                          "must be integers >= 1")
+    if 1 + stride * (length - 1) > protocol.horizon:
+        raise ConfigError(f"{source}: encoder {encoder.name!r} embeds clips of {length} frames with stride "
+                          f"{stride} (steps 1..{1 + stride * (length - 1)}), longer than protocol.horizon = "
+                          f"{protocol.horizon}; raise the horizon or lower encoder.params.clip_length")
+
+
+def _check_bootstrap(boot: BootstrapConfig, source: str) -> None:
     if boot.n_resamples < 100:
         raise ConfigError(f"{source}: bootstrap.n_resamples = {boot.n_resamples}; use at least 100")
     if not 0.5 < boot.confidence_level < 1.0:
@@ -325,6 +318,34 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     if boot.n_resamples_distributional < 100 or boot.n_jobs < 0:
         raise ConfigError(f"{source}: bootstrap.n_resamples_distributional = {boot.n_resamples_distributional} "
                           f"(use at least 100) and bootstrap.n_jobs = {boot.n_jobs} (>= 0)")
+
+
+#: The sections of params.yaml.
+SECTIONS = ("worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring")
+
+
+def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
+    """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    allowed = set(SECTIONS)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
+    for key in sorted(allowed):
+        if key not in raw:
+            raise ConfigError(f"{source}: section {key!r} is missing")
+    worlds = {k: parse_section(WorldConfig, v, f"{source}: worlds.{k}") for k, v in (raw["worlds"] or {}).items()}
+    if not worlds:
+        raise ConfigError(f"{source}: worlds is empty; select at least one world")
+    models = {k: parse_section(ModelsConfig, v, f"{source}: models.{k}") for k, v in (raw["models"] or {}).items()}
+    _check_models(models, worlds, source)
+    protocol = parse_section(ProtocolConfig, raw["protocol"], f"{source}: protocol")
+    _check_protocol(protocol, source)
+    encoder = parse_section(EncoderConfig, raw["encoder"], f"{source}: encoder")
+    _check_encoder(encoder, protocol, source)
+    boot = parse_section(BootstrapConfig, raw["bootstrap"], f"{source}: bootstrap")
+    _check_bootstrap(boot, source)
     dyn = parse_section(DynamicsConfig, raw["dynamics"], f"{source}: dynamics")
     _check_dynamics(dyn, f"{source}: dynamics")
     scoring = parse_section(ScoringConfig, raw["scoring"], f"{source}: scoring")

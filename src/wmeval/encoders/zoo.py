@@ -228,88 +228,106 @@ class _FidPool3:
         return self.net(x)[0].flatten(1)
 
 
-def build_encoder(cfg: EncoderConfig) -> Encoder:
-    """Build the encoder named by the ``encoder`` config section (weights verified here)."""
-    if cfg.kind == "pixel":
-        p = _params(cfg, {"size": 8})
-        size = p["size"]
-        if not isinstance(size, int) or size < 1:
-            raise ConfigError(f"params.yaml: encoder.params.size = {size!r}; expected a positive integer")
-        return Encoder(cfg.name, "pixel", None,
-                       {"resize": "area", "size": [size, size], "antialias": "n/a (area averages)",
-                        "value_range": [0.0, 1.0], "normalization": "none",
-                        "grayscale_to_rgb": "no (channels kept)", "flatten": "HWC order"},
-                       cfg.comparable_to_published,
-                       lambda frames: area_downsample(frames, size).reshape(len(frames), -1))
-    if cfg.kind == "random_conv":
+def _pixel(cfg: EncoderConfig) -> Encoder:
+    """Area-downsampled pixels, flattened: weight-free, for offline runs and tests."""
+    p = _params(cfg, {"size": 8})
+    size = p["size"]
+    if not isinstance(size, int) or size < 1:
+        raise ConfigError(f"params.yaml: encoder.params.size = {size!r}; expected a positive integer")
+    return Encoder(cfg.name, "pixel", None,
+                   {"resize": "area", "size": [size, size], "antialias": "n/a (area averages)",
+                    "value_range": [0.0, 1.0], "normalization": "none",
+                    "grayscale_to_rgb": "no (channels kept)", "flatten": "HWC order"},
+                   cfg.comparable_to_published,
+                   lambda frames: area_downsample(frames, size).reshape(len(frames), -1))
+
+
+def _random_conv(cfg: EncoderConfig) -> Encoder:
+    """A seeded random convolutional net: weight-free features with some spatial invariance."""
+    import torch.nn.functional as F
+
+    p = _params(cfg, {"size": 64, "width": 32, "seed": 0})
+    device = _device(cfg)
+    net = random_conv_net(p["width"], p["seed"])
+
+    def prep(frames: np.ndarray):
+        x = F.interpolate(_to_rgb_nchw(frames, device), size=(p["size"], p["size"]), mode="bilinear",
+                          align_corners=False, antialias=False)
+        return 2 * x - 1
+
+    return Encoder(cfg.name, "random_conv", 8 * p["width"],
+                   {"resize": "bilinear", "size": [p["size"], p["size"]], "antialias": False,
+                    "value_range": [-1.0, 1.0], "normalization": "2x - 1",
+                    "grayscale_to_rgb": "repeat channel", "init": f"seeded normal (He), seed {p['seed']}",
+                    "width": p["width"]},
+                   cfg.comparable_to_published, _torch_fn(net, prep, device, cfg.batch_size), device=device)
+
+
+def _inception_fid(cfg: EncoderConfig) -> Encoder:
+    """The FID Inception-v3 (pytorch-fid's architecture, pool3, 2048-d) from a verified weights file."""
+    p = _params(cfg, {"weights_file": None, "weights_sha256": None, "fold_batchnorm": True})
+    spec = spec_for("inception_fid", p["weights_file"], p["weights_sha256"])
+    path, sha = require(spec, weights_dir(cfg.weights_dir))
+    device = _device(cfg)
+    inception = fid_inception(path).eval()
+    net = _FidPool3(fold_batchnorm(inception) if p["fold_batchnorm"] else inception)
+    return Encoder(cfg.name, "inception_fid", 2048,
+                   {"resize": "bilinear (torch interpolate, align_corners=False)", "size": [299, 299],
+                    "antialias": False, "value_range": [-1.0, 1.0], "normalization": "2x - 1 (from [0, 1])",
+                    "grayscale_to_rgb": "repeat channel", "architecture": "pytorch-fid InceptionV3, pool3",
+                    "batchnorm_folded": bool(p["fold_batchnorm"]),
+                    "weights_file": spec.filename},
+                   cfg.comparable_to_published,
+                   _torch_fn(net, lambda f: _to_rgb_nchw(f, device), device, cfg.batch_size),
+                   weights_sha256=sha, device=device)
+
+
+def _i3d(cfg: EncoderConfig) -> Encoder:
+    """The FVD I3D (TorchScript, 400-d logits on 16-frame clips) from a verified weights file."""
+    import torch
+
+    p = _params(cfg, {"weights_file": None, "weights_sha256": None, "clip_length": 16, "frame_stride": 1,
+                      "size": 224})
+    spec = spec_for("i3d", p["weights_file"], p["weights_sha256"])
+    path, sha = require(spec, weights_dir(cfg.weights_dir))
+    device = _device(cfg)
+    net = torch.jit.load(str(path), map_location=device).eval()
+    size = p["size"]
+
+    def fn(clips: np.ndarray) -> np.ndarray:
         import torch.nn.functional as F
 
-        p = _params(cfg, {"size": 64, "width": 32, "seed": 0})
-        device = _device(cfg)
-        net = random_conv_net(p["width"], p["seed"])
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(clips), cfg.batch_size):
+                c = clips[i:i + cfg.batch_size]                       # (B, T, H, W, C) in [0, 1]
+                b, t = c.shape[:2]
+                x = _to_rgb_nchw(c.reshape(b * t, *c.shape[2:]), device)
+                x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
+                x = torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
+                x = x.reshape(b, t, 3, size, size).permute(0, 2, 1, 3, 4).contiguous()  # (B, C, T, H, W)
+                out.append(net(x, rescale=True, resize=True, return_features=True).float().cpu().numpy())
+        return np.concatenate(out) if out else np.empty((0, 400), np.float32)
 
-        def prep(frames: np.ndarray):
-            x = F.interpolate(_to_rgb_nchw(frames, device), size=(p["size"], p["size"]), mode="bilinear",
-                              align_corners=False, antialias=False)
-            return 2 * x - 1
+    return Encoder(cfg.name, "i3d", 400,
+                   {"resize": "bilinear", "size": [size, size], "antialias": False,
+                    "value_range": "uint8 [0, 255] (the detector rescales to [-1, 1])",
+                    "grayscale_to_rgb": "repeat channel", "layout": "[B, C, T, H, W]",
+                    "detector_kwargs": {"rescale": True, "resize": True, "return_features": True},
+                    "weights_file": spec.filename},
+                   cfg.comparable_to_published, fn, weights_sha256=sha,
+                   clip={"length": p["clip_length"], "frame_stride": p["frame_stride"],
+                         "clips": "one per sequence, from step 1"},
+                   returns="400-d pre-softmax logits (Kinetics-400), as StyleGAN-V's FVD", device=device)
 
-        return Encoder(cfg.name, "random_conv", 8 * p["width"],
-                       {"resize": "bilinear", "size": [p["size"], p["size"]], "antialias": False,
-                        "value_range": [-1.0, 1.0], "normalization": "2x - 1",
-                        "grayscale_to_rgb": "repeat channel", "init": f"seeded normal (He), seed {p['seed']}",
-                        "width": p["width"]},
-                       cfg.comparable_to_published, _torch_fn(net, prep, device, cfg.batch_size), device=device)
-    if cfg.kind == "inception_fid":
-        p = _params(cfg, {"weights_file": None, "weights_sha256": None, "fold_batchnorm": True})
-        spec = spec_for("inception_fid", p["weights_file"], p["weights_sha256"])
-        path, sha = require(spec, weights_dir(cfg.weights_dir))
-        device = _device(cfg)
-        inception = fid_inception(path).eval()
-        net = _FidPool3(fold_batchnorm(inception) if p["fold_batchnorm"] else inception)
-        return Encoder(cfg.name, "inception_fid", 2048,
-                       {"resize": "bilinear (torch interpolate, align_corners=False)", "size": [299, 299],
-                        "antialias": False, "value_range": [-1.0, 1.0], "normalization": "2x - 1 (from [0, 1])",
-                        "grayscale_to_rgb": "repeat channel", "architecture": "pytorch-fid InceptionV3, pool3",
-                        "batchnorm_folded": bool(p["fold_batchnorm"]),
-                        "weights_file": spec.filename},
-                       cfg.comparable_to_published,
-                       _torch_fn(net, lambda f: _to_rgb_nchw(f, device), device, cfg.batch_size),
-                       weights_sha256=sha, device=device)
-    if cfg.kind == "i3d":
-        import torch
 
-        p = _params(cfg, {"weights_file": None, "weights_sha256": None, "clip_length": 16, "frame_stride": 1,
-                          "size": 224})
-        spec = spec_for("i3d", p["weights_file"], p["weights_sha256"])
-        path, sha = require(spec, weights_dir(cfg.weights_dir))
-        device = _device(cfg)
-        net = torch.jit.load(str(path), map_location=device).eval()
-        size = p["size"]
+#: Encoder kinds (``encoder.kind``) and their builders.
+ENCODER_KINDS = {"pixel": _pixel, "random_conv": _random_conv, "inception_fid": _inception_fid, "i3d": _i3d}
 
-        def fn(clips: np.ndarray) -> np.ndarray:
-            import torch.nn.functional as F
 
-            out = []
-            with torch.inference_mode():
-                for i in range(0, len(clips), cfg.batch_size):
-                    c = clips[i:i + cfg.batch_size]                       # (B, T, H, W, C) in [0, 1]
-                    b, t = c.shape[:2]
-                    x = _to_rgb_nchw(c.reshape(b * t, *c.shape[2:]), device)
-                    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
-                    x = torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
-                    x = x.reshape(b, t, 3, size, size).permute(0, 2, 1, 3, 4).contiguous()  # (B, C, T, H, W)
-                    out.append(net(x, rescale=True, resize=True, return_features=True).float().cpu().numpy())
-            return np.concatenate(out) if out else np.empty((0, 400), np.float32)
-
-        return Encoder(cfg.name, "i3d", 400,
-                       {"resize": "bilinear", "size": [size, size], "antialias": False,
-                        "value_range": "uint8 [0, 255] (the detector rescales to [-1, 1])",
-                        "grayscale_to_rgb": "repeat channel", "layout": "[B, C, T, H, W]",
-                        "detector_kwargs": {"rescale": True, "resize": True, "return_features": True},
-                        "weights_file": spec.filename},
-                       cfg.comparable_to_published, fn, weights_sha256=sha,
-                       clip={"length": p["clip_length"], "frame_stride": p["frame_stride"],
-                             "clips": "one per sequence, from step 1"},
-                       returns="400-d pre-softmax logits (Kinetics-400), as StyleGAN-V's FVD", device=device)
-    raise ConfigError(f"params.yaml: encoder.kind = {cfg.kind!r} is not a known encoder; choose one of "
-                      "['pixel', 'random_conv', 'inception_fid', 'i3d']")
+def build_encoder(cfg: EncoderConfig) -> Encoder:
+    """Build the encoder named by the ``encoder`` config section (weights verified here)."""
+    if cfg.kind not in ENCODER_KINDS:
+        raise ConfigError(f"params.yaml: encoder.kind = {cfg.kind!r} is not a known encoder; choose one of "
+                          f"{list(ENCODER_KINDS)}")
+    return ENCODER_KINDS[cfg.kind](cfg)

@@ -28,6 +28,7 @@ model of a replicate.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ import pandas as pd
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
+from wmeval.core.config import ScoringConfig
 from wmeval.core.errors import WmevalError
 from wmeval.metrics import (
     SAMPLE_SPACE_MAX,
@@ -107,6 +109,71 @@ def action_strata(actions: np.ndarray, edges: list[float], where: str) -> np.nda
     return np.asarray(_bin_labels(edges), dtype=object)[idx]
 
 
+@dataclass
+class _Embeddings:
+    """Rows of one world's embeddings for a view: what :func:`view_sets` reads, with its protocol."""
+
+    truth: pa.Table           # the ground truth's rollout table (actions, plan conditions)
+    truth_emb: pa.Table       # the ground truth's feature table
+    clip: bool
+    n_episodes: int
+    horizon: int
+    strata: str
+    action_bins: list[float]
+    where: str
+
+    def __post_init__(self) -> None:
+        self.t_model, self.t_truth = np.arange(1, self.horizon + 1), np.arange(0, self.horizon + 1)
+        self.steps = np.array([1]) if self.clip else self.t_model
+        self.gt_blocks = {b.plan: b for b in blocks(self.truth)}
+
+    def labels(self, plan: str, shape: tuple[int, int]) -> np.ndarray:
+        """The stratum of each (episode, step) of a plan: its condition, or the bin of the action behind it."""
+        if self.strata == "plan":
+            return np.full(shape, self.gt_blocks[plan].condition, dtype=object)
+        acts = dense(select(self.truth, "realized", plan), "action", self.n_episodes, self.t_truth,
+                     self.where)[:, 0, 1:, 0]
+        if self.clip:
+            acts = acts[:, :1]   # a clip is stratified by its first action
+        return action_strata(acts, self.action_bins, f"{self.where} (plan {plan!r})")
+
+    def _block(self, table: pa.Table, regime: str, view: str, plan: str) -> tuple[np.ndarray, np.ndarray]:
+        """One plan's rows of a view ``(N, S, T, d or 2d)`` and their validity ``(N, T)``."""
+        blk, n = select(table, regime, plan), self.n_episodes
+        if regime == "realized":
+            emb = dense(blk, "embedding", n, self.steps if self.clip else self.t_truth, self.where)
+            cur = emb if self.clip else emb[:, :, 1:]
+            prev = None if self.clip else emb[:, :, :-1]
+            valid = np.ones((n, len(self.steps)), bool)
+        else:
+            cur = dense(blk, "embedding", n, self.steps, self.where)                          # (N, S, T, d)
+            valid = dense(blk, "valid", n, self.steps, self.where)[:, 0]
+            prev = None
+            if view == "transition":
+                ctx = dense(select(self.truth_emb, "realized", plan), "embedding", n, self.t_truth,
+                            self.where)[:, :1, :1]                                            # o_0: (N, 1, 1, d)
+                prev = np.concatenate([np.broadcast_to(ctx, (*cur.shape[:2], 1, cur.shape[-1])),
+                                       cur[:, :, :-1]], axis=2)
+        return (cur if view == "frame" else np.concatenate([prev, cur], axis=-1)), valid
+
+    def side(self, table: pa.Table, regime: str, view: str, label: str) -> Side:
+        """Every valid row of ``regime`` in ``table`` for the view, with its episode and stratum."""
+        xs, eps, sts = [], [], []
+        for b in blocks(table):
+            if b.regime != regime:
+                continue
+            x, valid = self._block(table, regime, view, b.plan)
+            n, s, T, d = x.shape
+            lab = self.labels(b.plan, (n, T))
+            mask = np.broadcast_to(valid[:, None], (n, s, T))
+            xs.append(x[mask].astype(np.float64))
+            eps.append(np.broadcast_to(np.arange(n)[:, None, None], (n, s, T))[mask])
+            sts.append(np.broadcast_to(lab[:, None], (n, s, T))[mask])
+        if not xs:
+            raise WmevalError(f"{self.where}: {label} has no {regime} rows")
+        return Side(np.concatenate(xs), np.concatenate(eps).astype(np.int64), np.concatenate(sts).astype(str))
+
+
 def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Table], views: Iterable[str],
               clip: bool, n_episodes: int, horizon: int, strata: str, action_bins: list[float],
               where: str) -> tuple[dict[str, ViewSets], dict[str, str]]:
@@ -117,59 +184,17 @@ def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Tab
     sequence (the context frame o_0 before step 1). Strata: ``plan`` (the plan's condition
     label) or ``action`` (the declared bin of the action a_{t-1} that led to the frame).
     """
+    rows = _Embeddings(truth, truth_emb, clip, n_episodes, horizon, strata, action_bins, where)
     out, skipped = {}, {}
-    t_model, t_truth = np.arange(1, horizon + 1), np.arange(0, horizon + 1)
-    steps = np.array([1]) if clip else t_model
-    gt_blocks = {b.plan: b for b in blocks(truth)}
-
-    def labels(plan: str, shape: tuple[int, int]) -> np.ndarray:
-        if strata == "plan":
-            return np.full(shape, gt_blocks[plan].condition, dtype=object)
-        acts = dense(select(truth, "realized", plan), "action", n_episodes, t_truth, where)[:, 0, 1:, 0]
-        if clip:
-            acts = acts[:, :1]   # a clip is stratified by its first action
-        return action_strata(acts, action_bins, f"{where} (plan {plan!r})")
-
-    def side(table: pa.Table, regime: str, view: str, label: str) -> Side:
-        xs, eps, sts = [], [], []
-        for b in blocks(table):
-            if b.regime != regime:
-                continue
-            blk = select(table, regime, b.plan)
-            if regime == "realized":
-                emb = dense(blk, "embedding", n_episodes, steps if clip else t_truth, where)
-                cur = emb if clip else emb[:, :, 1:]
-                prev = None if clip else emb[:, :, :-1]
-                valid = np.ones((n_episodes, len(steps)), bool)
-            else:
-                cur = dense(blk, "embedding", n_episodes, steps, where)                       # (N, S, T, d)
-                valid = dense(blk, "valid", n_episodes, steps, where)[:, 0]
-                prev = None
-                if view == "transition":
-                    ctx = dense(select(truth_emb, "realized", b.plan), "embedding", n_episodes, t_truth,
-                                where)[:, :1, :1]                                             # o_0: (N, 1, 1, d)
-                    prev = np.concatenate([np.broadcast_to(ctx, (*cur.shape[:2], 1, cur.shape[-1])),
-                                           cur[:, :, :-1]], axis=2)
-            x = cur if view == "frame" else np.concatenate([prev, cur], axis=-1)
-            n, s, T, d = x.shape
-            lab = labels(b.plan, (n, T))
-            mask = np.broadcast_to(valid[:, None], (n, s, T))
-            xs.append(x[mask].astype(np.float64))
-            eps.append(np.broadcast_to(np.arange(n)[:, None, None], (n, s, T))[mask])
-            sts.append(np.broadcast_to(lab[:, None], (n, s, T))[mask])
-        if not xs:
-            raise WmevalError(f"{where}: {label} has no {regime} rows")
-        return Side(np.concatenate(xs), np.concatenate(eps).astype(np.int64), np.concatenate(sts).astype(str))
-
     for view in views:
         if view not in VIEWS:
             raise WmevalError(f"scoring.views: unknown view {view!r}; expected one of {list(VIEWS)}")
         if view == "transition" and clip:
             skipped[view] = "a video encoder's clip already spans consecutive frames"
             continue
-        ref = side(truth_emb, "realized", view, "ground_truth")
+        ref = rows.side(truth_emb, "realized", view, "ground_truth")
         strata_names = sorted(set(ref.stratum.tolist()))
-        out[view] = ViewSets(view, ref, {s: side(t, "open_loop", view, s) for s, t in model_embs.items()},
+        out[view] = ViewSets(view, ref, {s: rows.side(t, "open_loop", view, s) for s, t in model_embs.items()},
                              strata_names)
     return out, skipped
 
@@ -178,15 +203,28 @@ def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Tab
 
 @dataclass(frozen=True)
 class Settings:
-    strata_weights: str = "uniform"
-    min_stratum_count: int = 32
-    kid_subsets: int = 100
-    kid_subset_size: int = 10000
-    fd_inf_points: int = 5
-    fd_inf_min_fraction: float = 0.2
-    fd_inf_draws: int = 2
-    prdc_k: int = 5
-    seed: int = 0
+    """The distributional estimators' choices: the ``scoring`` section's fields of the same names
+    (:class:`~wmeval.core.config.ScoringConfig` documents them and holds the defaults)."""
+
+    strata_weights: str
+    min_stratum_count: int
+    kid_subsets: int
+    kid_subset_size: int
+    fd_inf_points: int
+    fd_inf_min_fraction: float
+    fd_inf_draws: int
+    prdc_k: int
+    seed: int
+
+    @classmethod
+    def from_scoring(cls, sc: ScoringConfig) -> Settings:
+        """The distributional settings of a validated ``scoring`` section."""
+        return cls(**{f.name: getattr(sc, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
+    def defaults(cls, **overrides) -> Settings:
+        """The default ``scoring`` section's settings, with ``overrides``."""
+        return dataclasses.replace(cls.from_scoring(ScoringConfig(name="default")), **overrides)
 
 
 def stratum_weights(vs: ViewSets, how: str) -> dict[str, float]:
@@ -208,6 +246,74 @@ def _reference(side: Side) -> FrechetReference:
     return FrechetReference(s.mu, s.sigma, rank_deficient=s.rank_deficient)
 
 
+def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weights: dict[str, float],
+               cfg: Settings) -> list[dict]:
+    """FD pooled and per stratum (flagged, never dropped), then the stratified FD."""
+    d, out, strat_val, flagged = vs.dim, [], 0.0, []
+    for s in [None, *vs.strata]:
+        r, f = vs.reference.subset(s), side.subset(s)
+        n_r, n_f = len(r.x), len(f.x)
+        low = min(n_r, n_f) < cfg.min_stratum_count
+        rank_def = min(n_r, n_f) <= d
+        val = _fd(refs[s], f) if n_f >= 2 and n_r >= 2 else float("nan")
+        if s is not None:
+            strat_val += weights[s] * val
+            if low or rank_def:
+                flagged.append(s)
+        out.append({**base, "metric": "fd", "condition": f"{view}:{'pooled' if s is None else s}",
+                    "stratum": "pooled" if s is None else s, "value": val, "n_real": n_r, "n_fake": n_f,
+                    "weight": 1.0 if s is None else weights[s], "below_min_count": low,
+                    "rank_deficient": rank_def, "factor": refs[s].factor})
+    out.append({**base, "metric": "fd_stratified", "condition": f"{view}:{cfg.strata_weights}",
+                "stratum": ",".join(vs.strata), "value": strat_val, "n_real": len(vs.reference.x),
+                "n_fake": len(side.x), "weight": 1.0, "below_min_count": bool(flagged),
+                "rank_deficient": False, "factor": refs[None].factor, "flagged_strata": ",".join(flagged)})
+    return out
+
+
+def _kid_point(base: dict, view: str, real: np.ndarray, fake: np.ndarray, cfg: Settings) -> dict:
+    n_r, n_f = len(real), len(fake)
+    if cfg.kid_subset_size >= max(n_r, n_f):
+        # Every row fits one subset: the unbiased MMD^2 on all rows (what the bootstrap resamples).
+        k_mean, k_std, m, n_sub = mmd2_unbiased(real, fake), 0.0, max(n_r, n_f), 1
+    else:
+        m, n_sub = min(cfg.kid_subset_size, n_r, n_f), cfg.kid_subsets
+        k_mean, k_std = kid(real, fake, num_subsets=n_sub, subset_size=m, seed=cfg.seed)
+    return {**base, "metric": "kid", "condition": f"{view}:pooled", "stratum": "pooled", "value": k_mean,
+            "kid_subset_std": k_std, "kid_subset_size": m, "kid_subsets": n_sub, "n_real": n_r, "n_fake": n_f,
+            "weight": 1.0, "below_min_count": False, "rank_deficient": False}
+
+
+def _fd_infinity_point(base: dict, view: str, real: np.ndarray, fake: np.ndarray, d: int,
+                       cfg: Settings) -> dict | None:
+    """FD-infinity over the declared grid of generated-set sizes; ``None`` when the grid has one size."""
+    n = len(fake)
+    lo = max(min(n, d + 2), int(np.ceil(cfg.fd_inf_min_fraction * n)))
+    grid = sorted(set(int(v) for v in np.linspace(lo, n, cfg.fd_inf_points)))
+    if len(grid) < 2:
+        return None
+    fi = fd_infinity(real, fake, grid=grid, draws=cfg.fd_inf_draws, seed=cfg.seed)
+    return {**base, "metric": "fd_infinity", "condition": f"{view}:pooled", "stratum": "pooled",
+            "value": fi["value"], "fd_inf_slope": fi["slope"], "fd_inf_grid": fi["grid"], "fd_inf_fd": fi["fd"],
+            "n_real": len(real), "n_fake": n, "weight": 1.0, "below_min_count": False,
+            "rank_deficient": grid[0] <= d}
+
+
+def _prdc_episode_rows(world: str, src: str, view: str, ref: Side, side: Side, k: int) -> list[pd.DataFrame]:
+    """Precision and density per predicted episode, recall and coverage per real episode (ratios of sums)."""
+    rows = prdc_rows(ref.x, side.x, k=k)
+    out = []
+    for metric, ids in (("precision", side.episode), ("density", side.episode),
+                        ("recall", ref.episode), ("coverage", ref.episode)):
+        num = np.bincount(ids, weights=rows[metric])
+        den = np.bincount(ids).astype(np.float64)
+        e = np.flatnonzero(den > 0)
+        out.append(pd.DataFrame({"world": world, "source": src, "metric": metric, "regime": "open_loop",
+                                 "condition": f"{view}:pooled", "unit": "observation", "episode": e, "t": 0,
+                                 "value": num[e], "denominator": den[e]}))
+    return out
+
+
 def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     """FD (pooled, per stratum, stratified), KID and FD-infinity points; PRDC as per-episode rows.
 
@@ -217,65 +323,18 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
     """
     points, ep_rows = [], []
     for view, vs in sets.items():
-        d = vs.dim
         weights = stratum_weights(vs, cfg.strata_weights)
         refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
         for src, side in sorted(vs.sources.items()):
             if len(side.x) < 2:
                 raise WmevalError(f"{world}/{src}: fewer than 2 open-loop embeddings in view {view!r}")
-            base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": d}
-            strat_val, flagged = 0.0, []
-            for s in [None, *vs.strata]:
-                r, f = vs.reference.subset(s), side.subset(s)
-                n_r, n_f = len(r.x), len(f.x)
-                low = min(n_r, n_f) < cfg.min_stratum_count
-                rank_def = min(n_r, n_f) <= d
-                val = _fd(refs[s], f) if n_f >= 2 and n_r >= 2 else float("nan")
-                if s is not None:
-                    strat_val += weights[s] * val
-                    if low or rank_def:
-                        flagged.append(s)
-                points.append({**base, "metric": "fd", "condition": f"{view}:{'pooled' if s is None else s}",
-                               "stratum": "pooled" if s is None else s, "value": val, "n_real": n_r, "n_fake": n_f,
-                               "weight": 1.0 if s is None else weights[s], "below_min_count": low,
-                               "rank_deficient": rank_def, "factor": refs[s].factor})
-            points.append({**base, "metric": "fd_stratified", "condition": f"{view}:{cfg.strata_weights}",
-                           "stratum": ",".join(vs.strata), "value": strat_val, "n_real": len(vs.reference.x),
-                           "n_fake": len(side.x), "weight": 1.0, "below_min_count": bool(flagged),
-                           "rank_deficient": False, "factor": refs[None].factor,
-                           "flagged_strata": ",".join(flagged)})
-            n_r, n_f = len(vs.reference.x), len(side.x)
-            if cfg.kid_subset_size >= max(n_r, n_f):
-                # Every row fits one subset: the unbiased MMD^2 on all rows (what the bootstrap resamples).
-                k_mean, k_std, m, n_sub = mmd2_unbiased(vs.reference.x, side.x), 0.0, max(n_r, n_f), 1
-            else:
-                m, n_sub = min(cfg.kid_subset_size, n_r, n_f), cfg.kid_subsets
-                k_mean, k_std = kid(vs.reference.x, side.x, num_subsets=n_sub, subset_size=m, seed=cfg.seed)
-            points.append({**base, "metric": "kid", "condition": f"{view}:pooled", "stratum": "pooled",
-                           "value": k_mean, "kid_subset_std": k_std, "kid_subset_size": m,
-                           "kid_subsets": n_sub, "n_real": n_r,
-                           "n_fake": n_f, "weight": 1.0, "below_min_count": False, "rank_deficient": False})
-            n = len(side.x)
-            lo = max(min(n, d + 2), int(np.ceil(cfg.fd_inf_min_fraction * n)))
-            grid = sorted(set(int(v) for v in np.linspace(lo, n, cfg.fd_inf_points)))
-            if len(grid) >= 2:
-                fi = fd_infinity(vs.reference.x, side.x, grid=grid, draws=cfg.fd_inf_draws, seed=cfg.seed)
-                points.append({**base, "metric": "fd_infinity", "condition": f"{view}:pooled", "stratum": "pooled",
-                               "value": fi["value"], "fd_inf_slope": fi["slope"], "fd_inf_grid": fi["grid"],
-                               "fd_inf_fd": fi["fd"], "n_real": len(vs.reference.x), "n_fake": n, "weight": 1.0,
-                               "below_min_count": False, "rank_deficient": grid[0] <= d})
-            if min(len(vs.reference.x), n) > cfg.prdc_k:
-                rows = prdc_rows(vs.reference.x, side.x, k=cfg.prdc_k)
-                for metric, ids in (("precision", side.episode), ("density", side.episode),
-                                    ("recall", vs.reference.episode), ("coverage", vs.reference.episode)):
-                    v = rows[metric]
-                    num = np.bincount(ids, weights=v)
-                    den = np.bincount(ids).astype(np.float64)
-                    e = np.flatnonzero(den > 0)
-                    ep_rows.append(pd.DataFrame({"world": world, "source": src, "metric": metric,
-                                                 "regime": "open_loop", "condition": f"{view}:pooled",
-                                                 "unit": "observation", "episode": e, "t": 0, "value": num[e],
-                                                 "denominator": den[e]}))
+            base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": vs.dim}
+            points += _fd_points(base, view, vs, side, refs, weights, cfg)
+            points.append(_kid_point(base, view, vs.reference.x, side.x, cfg))
+            fi = _fd_infinity_point(base, view, vs.reference.x, side.x, vs.dim, cfg)
+            points += [fi] if fi is not None else []
+            if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
+                ep_rows += _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k)
     pts = pd.DataFrame(points)
     eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
     return pts, eps
@@ -408,6 +467,69 @@ def _sample_grams(ref: Side, fakes: dict[str, Side], d: int) -> dict[str, RowGra
     return {src: RowGrams.of(ref.x, f.x, shift, aa=aa) for src, f in fakes.items()}
 
 
+@dataclass
+class _ViewFD:
+    """One view's FD replicates (pooled and per stratum, every source): what they read, built once.
+
+    A key (``None`` for pooled, else a stratum) takes the sample-space route when its row Grams fit
+    (``grams[key]``), else the per-episode moments (``ref_m``, ``src_m``).
+    """
+
+    d: int
+    keys: list[str | None]
+    sources: list[str]
+    grams: dict[str | None, dict[str, RowGrams] | None]
+    episodes: dict[str | None, tuple[np.ndarray, dict[str, np.ndarray]]]
+    ref_m: dict[str | None, Moments]
+    src_m: dict[tuple[str, str | None], Moments]
+
+    @classmethod
+    def of(cls, vs: ViewSets, n_eps: int) -> _ViewFD:
+        d, sources, keys = vs.dim, sorted(vs.sources), [None, *vs.strata]
+        grams = {s: _sample_grams(vs.reference.subset(s), {src: vs.sources[src].subset(s) for src in sources}, d)
+                 for s in keys}
+        dense_keys = [s for s in keys if grams[s] is None]
+        banks = len(dense_keys) * (len(sources) + 1)
+        use_grams = banks * n_eps * d * d * 8 <= GRAM_BUDGET_BYTES
+        return cls(d, keys, sources, grams,
+                   {s: (vs.reference.subset(s).episode, {src: vs.sources[src].subset(s).episode for src in sources})
+                    for s in keys if grams[s] is not None},
+                   {s: Moments.of(vs.reference.subset(s), n_eps, use_grams) for s in dense_keys},
+                   {(src, s): Moments.of(vs.sources[src].subset(s), n_eps, use_grams)
+                    for src in sources for s in dense_keys})
+
+    def _sample_space(self, s: str | None, c: np.ndarray, out: np.ndarray) -> None:
+        ep_r, ep_src = self.episodes[s]
+        w_r = c[ep_r]
+        if w_r.sum() < 2:
+            return
+        for j, src in enumerate(self.sources):
+            w_f = c[ep_src[src]]
+            if w_f.sum() >= 2:
+                out[j] = self.grams[s][src].frechet_distance(w_r, w_f)
+
+    def _moments(self, s: str | None, c: np.ndarray, out: np.ndarray) -> None:
+        ref = self.ref_m[s].factor(c)
+        if ref.n < 2:
+            return
+        shared = None            # the reference's factorisation, when both sides are dense
+        for j, src in enumerate(self.sources):
+            f = self.src_m[src, s].factor(c)
+            if f.n < 2:
+                continue
+            if ref.rows is None and f.rows is None and shared is None:
+                shared = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.n <= self.d)
+            out[j] = frechet_distance_factored(ref, f, shared)
+
+    def __call__(self, counts: np.ndarray) -> np.ndarray:
+        """FD of every (key, source) for one replicate's episode multiplicities ``(N,)``."""
+        c = counts.astype(np.float64)
+        vals = np.full((len(self.keys), len(self.sources)), np.nan)
+        for i, s in enumerate(self.keys):
+            (self._sample_space if self.grams[s] is not None else self._moments)(s, c, vals[i])
+        return vals
+
+
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
                progress=None) -> list[Replicates]:
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
@@ -422,57 +544,15 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     replicate works in the sample space (:class:`~wmeval.metrics.RowGrams`: nothing scales with d);
     otherwise per-episode moments weighted by multiplicity (:class:`Moments`).
     """
-    n_eps = counts.shape[1]
     n_jobs = n_jobs or os.cpu_count() or 1
     out: list[Replicates] = []
+    B = counts.shape[0]
     for view, vs in sets.items():
-        d = vs.dim
-        sources = sorted(vs.sources)
-        keys = [None, *vs.strata]
-        grams = {s: _sample_grams(vs.reference.subset(s), {src: vs.sources[src].subset(s) for src in sources}, d)
-                 for s in keys}
-        dense_keys = [s for s in keys if grams[s] is None]
-        banks = len(dense_keys) * (len(sources) + 1)
-        use_grams = banks * n_eps * d * d * 8 <= GRAM_BUDGET_BYTES
-        ref_m = {s: Moments.of(vs.reference.subset(s), n_eps, use_grams) for s in dense_keys}
-        src_m = {(src, s): Moments.of(vs.sources[src].subset(s), n_eps, use_grams)
-                 for src in sources for s in dense_keys}
-        episodes = {s: (vs.reference.subset(s).episode, {src: vs.sources[src].subset(s).episode for src in sources})
-                    for s in keys if grams[s] is not None}
-        weights = stratum_weights(vs, cfg.strata_weights)
-        kblocks = {src: KernelBlocks.of(vs.reference, vs.sources[src], n_eps) for src in sources}
-
-        def one(b: int) -> np.ndarray:
-            c = counts[b].astype(np.float64)
-            vals = np.full((len(keys), len(sources)), np.nan)
-            for i, s in enumerate(keys):
-                if grams[s] is not None:
-                    ep_r, ep_src = episodes[s]
-                    w_r = c[ep_r]
-                    if w_r.sum() < 2:
-                        continue
-                    for j, src in enumerate(sources):
-                        w_f = c[ep_src[src]]
-                        if w_f.sum() >= 2:
-                            vals[i, j] = grams[s][src].frechet_distance(w_r, w_f)
-                    continue
-                ref = ref_m[s].factor(c)
-                if ref.n < 2:
-                    continue
-                shared = None            # the reference's factorisation, when both sides are dense
-                for j, src in enumerate(sources):
-                    f = src_m[src, s].factor(c)
-                    if f.n < 2:
-                        continue
-                    if ref.rows is None and f.rows is None and shared is None:
-                        shared = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.n <= d)
-                    vals[i, j] = frechet_distance_factored(ref, f, shared)
-            return vals
-
-        B = counts.shape[0]
+        one = _ViewFD.of(vs, counts.shape[1])
+        sources = one.sources
         with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs) as pool:
             fd = []
-            for v in pool.map(one, range(B)):
+            for v in pool.map(one, counts):
                 fd.append(v)
                 if progress is not None:
                     progress.update()
@@ -480,9 +560,11 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
         out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0]))
         for i, s in enumerate(vs.strata, start=1):
             out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i]))
+        weights = stratum_weights(vs, cfg.strata_weights)
         w = np.array([weights[s] for s in vs.strata])
         out.append(Replicates("fd_stratified", f"{view}:{cfg.strata_weights}", sources,
                               np.tensordot(fd[:, 1:], w, axes=([1], [0]))))
+        kblocks = {src: KernelBlocks.of(vs.reference, vs.sources[src], counts.shape[1]) for src in sources}
         kid_reps = np.stack([[kblocks[src].at(counts[b].astype(np.float64)) for src in sources] for b in range(B)])
         out.append(Replicates("kid", f"{view}:pooled", sources, kid_reps))
     return out

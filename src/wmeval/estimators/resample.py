@@ -92,6 +92,35 @@ def _bca_interval(reps: np.ndarray, point: float, jack: np.ndarray, confidence_l
     return float(lo), float(hi)
 
 
+def _check_bootstrap_iv(values: np.ndarray, clusters: np.ndarray, statistic, strata: np.ndarray | None,
+                        method: str) -> tuple[np.ndarray, np.ndarray]:
+    if method not in ("percentile", "bca"):
+        raise ValueError(f"method must be 'percentile' or 'bca', got {method!r}")
+    clusters = np.asarray(clusters)
+    if statistic is None:
+        values, clusters = _check_inputs(values, clusters)
+    else:
+        values = np.asarray(values)
+        if clusters.shape != values.shape[:1]:
+            raise ValueError(f"clusters shape {clusters.shape} must be (n_units,) = {values.shape[:1]}")
+        if values.shape[0] == 0:
+            raise ValueError("values is empty")
+    if strata is not None and np.shape(strata) != clusters.shape:
+        raise ValueError(f"strata shape {np.shape(strata)} must equal clusters shape {clusters.shape}")
+    return values, clusters
+
+
+def _mean_replicates(values: np.ndarray, inverse: np.ndarray, n_clusters: int, counts: np.ndarray,
+                     jackknife: bool) -> tuple[float, np.ndarray, np.ndarray | None]:
+    """The unit-weighted mean's point, replicates and (for BCa) leave-one-cluster-out values, vectorised."""
+    sums = np.bincount(inverse, weights=values, minlength=n_clusters)
+    sizes = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
+    reps = ratio_replicates(sums[None], sizes[None], counts)[:, 0]
+    jack_w = np.ones(n_clusters)[None] - np.eye(n_clusters)
+    jack = ratio_replicates(sums[None], sizes[None], jack_w)[:, 0] if jackknife else None
+    return float(values.mean()), reps, jack
+
+
 def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray,
                       statistic: Callable[[np.ndarray, np.ndarray], float] | None = None, *,
                       strata: np.ndarray | None = None, n_resamples: int = 2000,
@@ -122,30 +151,12 @@ def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray,
     >>> r.low <= r.point <= r.high, r.n_clusters
     (True, 2)
     """
-    if method not in ("percentile", "bca"):
-        raise ValueError(f"method must be 'percentile' or 'bca', got {method!r}")
-    clusters = np.asarray(clusters)
-    if statistic is None:
-        values, clusters = _check_inputs(values, clusters)
-    else:
-        values = np.asarray(values)
-        if clusters.shape != values.shape[:1]:
-            raise ValueError(f"clusters shape {clusters.shape} must be (n_units,) = {values.shape[:1]}")
-        if values.shape[0] == 0:
-            raise ValueError("values is empty")
-    if strata is not None and np.shape(strata) != clusters.shape:
-        raise ValueError(f"strata shape {np.shape(strata)} must equal clusters shape {clusters.shape}")
+    values, clusters = _check_bootstrap_iv(values, clusters, statistic, strata, method)
     _, inverse = np.unique(clusters, return_inverse=True)
     n_clusters = int(inverse.max()) + 1
     counts = _cluster_counts(inverse, strata, n_clusters, n_resamples, make_rng(seed, "cluster_bootstrap"))
-    ones = np.ones(n_clusters)
     if statistic is None:
-        sums = np.bincount(inverse, weights=values, minlength=n_clusters)
-        sizes = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
-        point = float(values.mean())
-        reps = ratio_replicates(sums[None], sizes[None], counts)[:, 0]
-        jack_w = ones[None] - np.eye(n_clusters)
-        jack = ratio_replicates(sums[None], sizes[None], jack_w)[:, 0] if method == "bca" else None
+        point, reps, jack = _mean_replicates(values, inverse, n_clusters, counts, method == "bca")
     else:
         point = float(statistic(values, np.ones(len(values))))
         reps = np.array([statistic(values, c[inverse].astype(np.float64)) for c in counts])

@@ -313,6 +313,112 @@ def _code_check(root: Path, tables: list[dict[str, Any]], notes: list[str]) -> d
     return out
 
 
+def _checked_metrics(root: Path, check: bool) -> tuple[dict[str, Any], Path, list[str], dict[str, Any]]:
+    """``(lock, metrics file, stage chain, metrics)`` after checking the workspace against the lock."""
+    lock = read_lock(root)
+    if lock is None:
+        raise WmevalError(f"{root / 'dvc.lock'}: missing; run `dvc repro` before auditing")
+    mfile = root / METRICS_FILE
+    if not mfile.is_file():
+        raise WmevalError(f"{mfile}: missing; run `dvc repro` before auditing")
+    chain = stage_chain(lock)
+    if check:
+        problems = verify(root, lock, chain)
+        if problems:
+            raise StaleWorkspaceError(
+                "the workspace does not match dvc.lock, so its numbers cannot be traced; refusing to audit. "
+                "Run `dvc repro` (or `dvc checkout` to restore the recorded outputs):\n  " + "\n  ".join(problems))
+    try:
+        metrics = json.loads(mfile.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise WmevalError(f"{mfile}: not valid JSON: {e}") from None
+    return lock, mfile, chain, metrics
+
+
+#: Interval fields an audit lists per condition.
+INTERVAL_FIELDS = ("method", "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "unit", "baseline",
+                   "rank", "rank_low", "rank_high", "undefined_replicates", "aggregate")
+
+
+def _conditions(root: Path, world: str, source: str, metric: str, chosen: dict[str, Any],
+                notes: list[str]) -> tuple[list[dict[str, Any]], set[str]]:
+    """Each chosen condition's values with its interval's fields, and the resampling units seen."""
+    rows, why = _interval_rows(root, world, source, metric)
+    if why:
+        notes.append(why + ": per-row interval fields are not known")
+    conditions, units = [], set()
+    for key, values in sorted(chosen.items()):
+        regime, _, cond = key.partition("/")
+        row = next((r for r in rows if r["regime"] == regime and r["condition"] == cond), None)
+        entry: dict[str, Any] = {"key": key, "regime": regime, "condition": cond, "values": values}
+        if row is not None:
+            units.add(row["unit"])
+            entry["interval"] = {k: row.get(k) for k in INTERVAL_FIELDS}
+        elif not why:
+            notes.append(f"{key}: no row in {BOOTSTRAP_DIR}/intervals.parquet")
+        conditions.append(entry)
+    return conditions, units
+
+
+def _interval_protocol(root: Path, world: str, metric: str, notes: list[str]) -> dict[str, Any] | None:
+    proto_path = root / BOOTSTRAP_DIR / "protocol.json"
+    if not proto_path.is_file():
+        notes.append(f"{BOOTSTRAP_DIR}/protocol.json is missing: the interval protocol is not known")
+        return None
+    protocol = json.loads(proto_path.read_text(encoding="utf-8"))
+    return {"bootstrap": protocol.get("bootstrap"),
+            "strata": {k: (protocol.get("scoring") or {}).get(k)
+                       for k in ("strata", "action_bins", "strata_weights", "min_stratum_count")},
+            "definition": (protocol.get("metrics") or {}).get(metric),
+            "world": {k: ((protocol.get("worlds") or {}).get(world) or {}).get(k)
+                      for k in ("baseline", "n_episodes", "horizon", "units")}}
+
+
+FEATURE_KEYS = ("encoder", "kind", "dim", "weights_sha256", "preprocessing", "resolution", "clip",
+                "comparable_to_published", "input", "code")
+ROLLOUT_KEYS = ("world_config", "model_config", "seed", "protocol", "num_samples", "stochastic", "code", "format")
+
+
+def _input_check(root: Path, world: str, table: dict[str, Any], notes: list[str]) -> None:
+    """Whether a feature table's recorded input sha256 is that of the workspace's rollout table."""
+    inp = (table.get("metadata") or {}).get("input") or {}
+    src = f"{ROLLOUTS_DIR}/{world}/{Path(table['path']).name}"
+    if not inp.get("sha256") or not (root / src).is_file():
+        table["input_check"] = f"cannot check: no input sha256 recorded or {src} missing"
+        return
+    ok = file_sha256(root / src) == inp["sha256"]
+    table["input_check"] = (f"computed from {src} (sha256 {inp['sha256']}): "
+                            + ("matches the workspace file" if ok else "DOES NOT match the workspace file"))
+    if not ok:
+        notes.append(f"{table['path']} records input sha256 {inp['sha256']}, but {src} differs")
+
+
+def _source_tables(root: Path, lock: dict[str, Any], world: str, source: str, metric: str, units: set[str],
+                   notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The feature and rollout tables the metric was computed from, by its unit and layer."""
+    info = REGISTRY.get(metric)
+    encoder = next((((st.get("params") or {}).get("params.yaml") or {}).get("encoder", {}).get("name")
+                    for name, st in lock["stages"].items() if name == "features"), None)
+    sources = [source] if source == "ground_truth" else [source, "ground_truth"]
+    feature_tables = []
+    if info is not None and info.uses_encoder:
+        if encoder is None:
+            notes.append("dvc.lock's features stage records no encoder.name: the feature tables are not known")
+        else:
+            feature_tables = [_file_record(root, lock, f"{FEATURES_DIR}/{encoder}/{world}/{s}.parquet", FEATURE_KEYS)
+                              for s in sources]
+    if not units:
+        notes.append("the metric's unit is not known: the rollout tables listed are the observation tables")
+    sub = "dynamics/" if units & set(DYNAMICS_UNITS) else ""
+    rollout_tables = [_file_record(root, lock, f"{ROLLOUTS_DIR}/{world}/{sub}{s}.parquet", ROLLOUT_KEYS)
+                      for s in sources]
+    for t in feature_tables:
+        _input_check(root, world, t, notes)
+    if info is None:
+        notes.append(f"metric {metric!r} is not in wmeval's registry: which tables it reads is not known")
+    return feature_tables, rollout_tables
+
+
 def lineage(root: Path, spec: str, condition: str | None = None, check: bool = True) -> dict[str, Any]:
     """The lineage of a metric, after checking the workspace against ``dvc.lock``.
 
@@ -333,95 +439,14 @@ def lineage(root: Path, spec: str, condition: str | None = None, check: bool = T
         WmevalError: no ``dvc.lock`` or metrics file, or the metric does not exist.
     """
     root = Path(root).resolve()
-    lock = read_lock(root)
-    if lock is None:
-        raise WmevalError(f"{root / 'dvc.lock'}: missing; run `dvc repro` before auditing")
-    mfile = root / METRICS_FILE
-    if not mfile.is_file():
-        raise WmevalError(f"{mfile}: missing; run `dvc repro` before auditing")
-    chain = stage_chain(lock)
-    if check:
-        problems = verify(root, lock, chain)
-        if problems:
-            raise StaleWorkspaceError(
-                "the workspace does not match dvc.lock, so its numbers cannot be traced; refusing to audit. "
-                "Run `dvc repro` (or `dvc checkout` to restore the recorded outputs):\n  " + "\n  ".join(problems))
-    try:
-        metrics = json.loads(mfile.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise WmevalError(f"{mfile}: not valid JSON: {e}") from None
+    lock, mfile, chain, metrics = _checked_metrics(root, check)
     world, source, metric, chosen = find_metric(metrics, spec, condition)
     notes: list[str] = []
-
-    proto_path = root / BOOTSTRAP_DIR / "protocol.json"
-    protocol = json.loads(proto_path.read_text(encoding="utf-8")) if proto_path.is_file() else None
-    if protocol is None:
-        notes.append(f"{BOOTSTRAP_DIR}/protocol.json is missing: the interval protocol is not known")
-    rows, why = _interval_rows(root, world, source, metric)
-    if why:
-        notes.append(why + ": per-row interval fields are not known")
-    conditions = []
-    units: set[str] = set()
-    for key, values in sorted(chosen.items()):
-        regime, _, cond = key.partition("/")
-        row = next((r for r in rows if r["regime"] == regime and r["condition"] == cond), None)
-        entry: dict[str, Any] = {"key": key, "regime": regime, "condition": cond, "values": values}
-        if row is not None:
-            units.add(row["unit"])
-            entry["interval"] = {k: row.get(k) for k in ("method", "n_resamples", "confidence_level",
-                                                         "resampling_unit", "n_clusters", "unit", "baseline",
-                                                         "rank", "rank_low", "rank_high", "undefined_replicates",
-                                                         "aggregate")}
-        elif not why:
-            notes.append(f"{key}: no row in {BOOTSTRAP_DIR}/intervals.parquet")
-        conditions.append(entry)
-    interval_protocol = None
-    if protocol is not None:
-        interval_protocol = {"bootstrap": protocol.get("bootstrap"),
-                             "strata": {k: (protocol.get("scoring") or {}).get(k)
-                                        for k in ("strata", "action_bins", "strata_weights", "min_stratum_count")},
-                             "definition": (protocol.get("metrics") or {}).get(metric),
-                             "world": {k: ((protocol.get("worlds") or {}).get(world) or {}).get(k)
-                                       for k in ("baseline", "n_episodes", "horizon", "units")}}
-
-    stages = [_stage_record(lock, name) for name in chain]
-    # The files this metric was computed from, by its unit and layer (what the statistics stage reads).
-    info = REGISTRY.get(metric)
-    encoder = next((((st.get("params") or {}).get("params.yaml") or {}).get("encoder", {}).get("name")
-                    for name, st in lock["stages"].items() if name == "features"), None)
-    uses_features = info is not None and (info.layer == "distributional" or metric == "feature_mse")
-    sources = [source] if source == "ground_truth" else [source, "ground_truth"]
-    feature_tables, rollout_tables = [], []
-    if uses_features:
-        if encoder is None:
-            notes.append("dvc.lock's features stage records no encoder.name: the feature tables are not known")
-        else:
-            for s in sources:
-                feature_tables.append(_file_record(
-                    root, lock, f"{FEATURES_DIR}/{encoder}/{world}/{s}.parquet",
-                    ("encoder", "kind", "dim", "weights_sha256", "preprocessing", "resolution", "clip",
-                     "comparable_to_published", "input", "code")))
-    if not units:
-        notes.append("the metric's unit is not known: the rollout tables listed are the observation tables")
-    sub = "dynamics/" if units & set(DYNAMICS_UNITS) else ""
-    for s in sources:
-        rollout_tables.append(_file_record(
-            root, lock, f"{ROLLOUTS_DIR}/{world}/{sub}{s}.parquet",
-            ("world_config", "model_config", "seed", "protocol", "num_samples", "stochastic", "code", "format")))
-    for t in feature_tables:
-        inp = (t.get("metadata") or {}).get("input") or {}
-        src = f"{ROLLOUTS_DIR}/{world}/{Path(t['path']).name}"
-        if not inp.get("sha256") or not (root / src).is_file():
-            t["input_check"] = f"cannot check: no input sha256 recorded or {src} missing"
-        else:
-            ok = file_sha256(root / src) == inp["sha256"]
-            t["input_check"] = (f"computed from {src} (sha256 {inp['sha256']}): "
-                                + ("matches the workspace file" if ok else "DOES NOT match the workspace file"))
-            if not ok:
-                notes.append(f"{t['path']} records input sha256 {inp['sha256']}, but {src} differs")
-    if info is None:
-        notes.append(f"metric {metric!r} is not in wmeval's registry: which tables it reads is not known")
+    interval_protocol = _interval_protocol(root, world, metric, notes)
+    conditions, units = _conditions(root, world, source, metric, chosen, notes)
+    feature_tables, rollout_tables = _source_tables(root, lock, world, source, metric, units, notes)
     code = _code_check(root, feature_tables + rollout_tables, notes)
+    info = REGISTRY.get(metric)
     return {"metric": {"world": world, "source": source, "metric": metric,
                        "definition": None if info is None else info.definition,
                        "higher_is_better": None if info is None else info.higher_is_better,
@@ -430,7 +455,8 @@ def lineage(root: Path, spec: str, condition: str | None = None, check: bool = T
                              "lock_md5": next((o.get("md5") for o in lock["stages"][chain[0]].get("outs", [])
                                                if o["path"] == METRICS_FILE), None)},
             "verified": bool(check),
-            "conditions": conditions, "interval_protocol": interval_protocol, "stages": stages,
+            "conditions": conditions, "interval_protocol": interval_protocol,
+            "stages": [_stage_record(lock, name) for name in chain],
             "feature_tables": feature_tables, "rollout_tables": rollout_tables, "code": code, "notes": notes}
 
 

@@ -40,9 +40,10 @@ from .paired import (
                       ssim,
 )
 from .prdc import prdc, prdc_rows
-from .registry import REGISTRY, MetricInfo
+from .registry import REGISTRY, MetricInfo, Shown
 
-__all__ = ["REGISTRY", "MetricInfo", "expected_pairwise_mse", "mse", "psnr", "psnr_from_mse", "PSNR_CAP_DB", "ssim",
+__all__ = ["REGISTRY", "MetricInfo", "Shown", "expected_pairwise_mse", "mse", "psnr", "psnr_from_mse", "PSNR_CAP_DB",
+           "ssim",
            "SSIM_WINDOW", "SSIM_SIGMA", "SSIM_K1", "SSIM_K2", "lpips_distance", "GaussianStats", "gaussian_stats",
            "FrechetReference", "CovarianceFactor", "RowGrams", "SAMPLE_SPACE_MAX", "frechet_distance",
            "frechet_distance_factored", "fd_infinity", "mmd2_unbiased", "kid", "prdc", "prdc_rows", "best_of_k"]

@@ -171,7 +171,7 @@ def reliability(iv: pd.DataFrame, models: list[str], event: str) -> str:
                            "and of the observed frequency in each forecast bin.")
 
 
-def prdc(iv: pd.DataFrame, view: str, models: list[str]) -> str:
+def prdc_figure(iv: pd.DataFrame, view: str, models: list[str]) -> str:
     """Precision against recall and density against coverage, with interval bars."""
     cond = f"{view}:pooled"
 

@@ -13,13 +13,14 @@ every metric, and a provenance appendix.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 import wmeval.report.figures as figures
-from wmeval.metrics import REGISTRY
+from wmeval.metrics import REGISTRY, Shown
 from wmeval.rendering.document import (
     Doc,
     Table,
@@ -30,17 +31,13 @@ from wmeval.rendering.document import (
     to_markdown,
 )
 from wmeval.rendering.htmlpage import esc
+from wmeval.report.cards import REGIME_LABEL, protocol_cards
 
-REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
-                "probe": "probe"}
 Column = tuple[str, str, str, str]  # label, metric, regime, condition
-FEATURE_METRICS = {"feature_mse", "fd", "fd_stratified", "fd_bias_corrected", "fd_infinity", "kid", "precision",
-                   "recall", "density", "coverage"}
-PIXEL_METRICS = {"pixel_mse", "psnr", "psnr_pooled", "psnr_gap", "ssim", "lpips", "single_sample_mse",
-                 "best_of_k_mse", "best_of_k_curve", "sample_diversity"}
 
 
 # ----------------------------------------------------------------------------- cells and lookups
+
 
 def fmt(x: float) -> str:
     if x is not None and np.isposinf(x):
@@ -96,7 +93,7 @@ def card_id(world: str, metric: str, regime: str) -> str:
     return slug(f"card {world} {metric} {regime}")
 
 
-def table(iv: pd.DataFrame, rows: list[str], columns: list[Column]) -> Table:
+def metric_table(iv: pd.DataFrame, rows: list[str], columns: list[Column]) -> Table:
     """Models by metrics; the best of a column is marked only when its rank interval is [1, 1]."""
     head = ["model"] + [f"{label} {REGISTRY[m].arrow}" for label, m, _, _ in columns]
     best = [separated_best(iv, rows, m, r, c) for _, m, r, c in columns]
@@ -111,57 +108,44 @@ def present(iv: pd.DataFrame, columns: list[Column]) -> list[Column]:
     return [c for c in columns if ((iv.metric == c[1]) & (iv.regime == c[2]) & (iv.condition == c[3])).any()]
 
 
+#: The layer tables of a world's sections, and how each orders its columns beyond registry order.
+SECTIONS = {"observation": "regime", "dynamics": None, "task": None, "image": "regime", "stochastic": None,
+            "distributional": "view"}
+REGIME_ORDER = {"teacher_forced": 0, "open_loop": 1, "closed_loop": 2, "probe": 3}
+
+
+def _expand(shown: Shown, values: dict[str, Any], lists: dict[str, list[str]]) -> list[tuple[dict[str, Any], str]]:
+    """The template's bindings: one per pair/task/view it names (none named: one)."""
+    named = [k for k in lists if "{" + k + "}" in shown.label + shown.condition]
+    out = [dict(values)]
+    for k in named:
+        out = [{**b, k: x} for b in out for x in lists[k]]
+    return [(b, b.get("view", "")) for b in out]
+
+
 def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column]]:
+    """Each layer table's columns, from the :class:`~wmeval.metrics.Shown` entries of the registry,
+    kept where the intervals have rows; under ``"headline"``, the layers' headline columns among them."""
     dyn = wp["dynamics"]
-    H, cf = dyn["horizon"], dyn["counterfactual_horizon"]
-    pairs = [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]]
-    observation = [
-        ("one-step state RMSE", "state_rmse", "teacher_forced", "all"),
-        ("one-step pixel MSE", "pixel_mse", "teacher_forced", "all"),
-        (f"open-loop state RMSE (H={wp['horizon']})", "state_rmse", "open_loop", "all"),
-        (f"open-loop pixel MSE (H={wp['horizon']})", "pixel_mse", "open_loop", "all"),
-        ("open-loop feature MSE", "feature_mse", "open_loop", "all"),
-    ]
-    dynamics = [
-        (f"rollout RMSE @{H}, random actions", "rollout_state_rmse", "open_loop", f"random @t={H}"),
-        (f"rollout RMSE @{H}, planner's actions", "rollout_state_rmse", "open_loop", f"planner @t={H}"),
-        *[(f"action sensitivity ({p})", "action_sensitivity", "open_loop", p) for p in pairs],
-        *[(f"counterfactual cosine @{cf}", "counterfactual_cosine", "open_loop", f"{p} @t={cf}") for p in pairs],
-        *[(f"counterfactual gap @{cf}", "counterfactual_gap", "open_loop", f"{p} @t={cf}") for p in pairs],
-        *[(f"MPC cost: {t}", "control_cost", "closed_loop", t) for t in dyn["tasks"]],
-    ]
-    task = [("reward MSE", "reward_mse", "open_loop", "all"), ("event precision", "event_precision", "open_loop", "all"),
-            ("event recall", "event_recall", "open_loop", "all"), ("peak time offset", "peak_time_offset", "open_loop", "all")]
-    image = [("one-step PSNR (frame mean), dB", "psnr", "teacher_forced", "all"),
-             ("one-step PSNR (pooled MSE), dB", "psnr_pooled", "teacher_forced", "all"),
-             ("one-step PSNR gap", "psnr_gap", "teacher_forced", "all"),
-             ("one-step SSIM", "ssim", "teacher_forced", "all"),
-             ("one-step LPIPS", "lpips", "teacher_forced", "all"),
-             ("open-loop PSNR (frame mean)", "psnr", "open_loop", "all"),
-             ("open-loop PSNR (pooled)", "psnr_pooled", "open_loop", "all"),
-             ("open-loop SSIM", "ssim", "open_loop", "all"),
-             ("open-loop LPIPS", "lpips", "open_loop", "all")]
-    stochastic = [("single-sample MSE", "single_sample_mse", "open_loop", "all"),
-                  ("mean-over-samples MSE", "pixel_mse", "open_loop", "all"),
-                  ("best-of-K MSE (oracle)", "best_of_k_mse", "open_loop", "all"),
-                  ("sample diversity", "sample_diversity", "open_loop", "all"),
-                  ("NLL, nats/step", "nll", "teacher_forced", "all"),
-                  ("event Brier", "event_brier", "open_loop", "all")]
-    distributional = []
-    for view in wp.get("distributional", {}).get("views", {}):
-        distributional += [(f"{view}: FD pooled", "fd", "open_loop", f"{view}:pooled"),
-                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:uniform"),
-                           (f"{view}: FD stratified", "fd_stratified", "open_loop", f"{view}:empirical"),
-                           (f"{view}: FD bias-corrected", "fd_bias_corrected", "open_loop", f"{view}:pooled"),
-                           (f"{view}: FD-infinity", "fd_infinity", "open_loop", f"{view}:pooled"),
-                           (f"{view}: KID", "kid", "open_loop", f"{view}:pooled"),
-                           (f"{view}: precision", "precision", "open_loop", f"{view}:pooled"),
-                           (f"{view}: recall", "recall", "open_loop", f"{view}:pooled"),
-                           (f"{view}: density", "density", "open_loop", f"{view}:pooled"),
-                           (f"{view}: coverage", "coverage", "open_loop", f"{view}:pooled")]
-    return {"observation": present(iv, observation), "dynamics": present(iv, dynamics), "task": present(iv, task),
-            "image": present(iv, image), "stochastic": present(iv, stochastic),
-            "distributional": present(iv, distributional)}
+    values = {"H": wp["horizon"], "Hd": dyn["horizon"], "cf": dyn["counterfactual_horizon"]}
+    views = list(wp.get("distributional", {}).get("views", {}))
+    lists = {"pair": [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]], "task": list(dyn["tasks"]),
+             "view": views}
+    out: dict[str, list[tuple]] = {s: [] for s in SECTIONS}
+    heads: set[Column] = set()
+    for info in REGISTRY.values():
+        for shown in info.shown:
+            for b, view in _expand(shown, values, lists):
+                cond = shown.condition.format(**b)
+                head = shown.headline if isinstance(shown.headline, bool) else cond.startswith(shown.headline)
+                order = {"regime": REGIME_ORDER.get(shown.regime, 9), "view": views.index(view) if view else 0,
+                         None: 0}[SECTIONS[shown.section]]
+                col = (shown.label.format(**b), info.name, shown.regime, cond)
+                out[shown.section].append((order, col))
+                if head:
+                    heads.add(col)
+    cols = {s: present(iv, [c for _, c in sorted(cs, key=lambda oc: oc[0])]) for s, cs in out.items()}
+    return {**cols, "headline": [c for s in SECTIONS for c in cols[s] if c in heads]}
 
 
 def strata_tables(iv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> list[tuple[str, Table]]:
@@ -175,7 +159,7 @@ def strata_tables(iv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> li
         cols = present(iv, cols)
         if cols:
             out.append((f"FD in the `{view}` view, pooled and per stratum (d = {vd['dim']}, {vd['n_real']} real "
-                        "rows):", table(iv, models, cols)))
+                        "rows):", metric_table(iv, models, cols)))
     return out
 
 
@@ -359,104 +343,6 @@ def baseline_table(iv: pd.DataFrame, models: list[str], columns: list[Column], b
 
 # ----------------------------------------------------------------------------- protocol cards
 
-def _json_short(x: Any) -> str:
-    if isinstance(x, dict):
-        return "; ".join(f"{k}: {_json_short(v)}" for k, v in x.items())
-    if isinstance(x, (list, tuple)):
-        return ", ".join(_json_short(v) for v in x)
-    return str(x)
-
-
-def protocol_card(world: str, wp: dict[str, Any], protocol: dict[str, Any], metric: str, regime: str,
-                  rows: pd.DataFrame) -> dict[str, str]:
-    """What was compared, how, with how many samples, and how the interval was made, for one metric."""
-    info = REGISTRY[metric]
-    sc, enc, boot, dyn = protocol.get("scoring", {}), protocol["encoder"], protocol["bootstrap"], wp["dynamics"]
-    unit = str(rows.unit.iloc[0]) if "unit" in rows and len(rows) else "observation"
-    direction = {True: "higher is better", False: "lower is better", None: (
-        f"closest to {info.target:g} is best" if info.target is not None else "no direction (a diagnostic)")}
-    card = {"metric": metric, "direction": f"{info.arrow} {direction[info.higher_is_better]}",
-            "unit": info.unit, "layer": info.layer, "definition": info.definition, "world": world,
-            "regime": REGIME_LABEL.get(regime, regime), "conditions": ", ".join(sorted(set(map(str, rows.condition))))}
-    ks = ", ".join(f"{m} {k}" for m, k in wp["models"].items())
-    if unit == "observation":
-        card["compared"] = (f"each model's {REGIME_LABEL.get(regime, regime)} predictions against the ground-truth "
-                            f"world's realized futures of the same episodes and plans")
-        card["horizon"] = (f"H = {wp['horizon']} steps" + (f"; teacher-forced along realization 0 of "
-                           f"{wp['teacher_forced_plan']}" if regime == "teacher_forced" else ""))
-        card["sample counts"] = (f"N = {wp['n_episodes']} episodes x {len(wp['plans'])} plans "
-                                 f"({', '.join(wp['plans'])}); M = {wp['num_futures']} realized futures per plan; "
-                                 f"K samples: {ks}")
-    elif unit == "dynamics":
-        card["compared"] = "state predictions against the true simulator from the same states and actions"
-        card["horizon"] = f"{dyn['horizon']} steps; counterfactual horizon {dyn['counterfactual_horizon']}"
-        card["sample counts"] = f"{dyn['n_episodes']} dynamics episodes, {dyn['n_random_plans']} random plan(s)"
-    elif unit == "control":
-        card["compared"] = "task cost in the real world of MPC planning with each model (ground_truth: the simulator)"
-        card["horizon"] = f"{dyn['control_steps']} steps per episode; plans of {dyn['plan_horizon']} steps"
-        card["sample counts"] = f"{dyn['control_episodes']} control episodes per task; {dyn['n_plans']} plans per step"
-    else:
-        card["compared"] = "the probed invariant on each model's zero-action rollouts, the true world first"
-        card["horizon"] = f"{dyn['probe_horizon']} steps"
-        card["window"] = f"w in {dyn['probe_windows']}, tolerance {dyn['probe_tolerance']}, a window is used only " \
-                         f"if the true world's flag rate stays <= {dyn['probe_max_true_rate']}"
-    if metric in PIXEL_METRICS or metric in FEATURE_METRICS:
-        card["resolution and data range"] = (f"frames {wp['frame_shape']} stored as {wp['frame_dtype']}, "
-                                             f"decoded to [0, 1], L = {sc.get('data_range', 1.0):g}")
-    if metric == "ssim":
-        card["window"] = _json_short(sc.get("ssim", {}))
-    if metric.startswith("psnr"):
-        card["PSNR cap"] = f"{sc.get('psnr_cap_db', 100):g} dB for an exact match"
-    if metric in ("best_of_k_mse", "best_of_k_curve"):
-        card["K and selection rule"] = sc.get("best_of_k", "oracle")
-    elif metric in PIXEL_METRICS and unit == "observation":
-        card["K and selection rule"] = "no selection: errors average every (sample, realized future) pair"
-    if metric == "lpips":
-        card["backbone"] = str(sc.get("lpips_protocol") or sc.get("lpips"))
-    if metric == "nll":
-        card["base measure"] = wp.get("nll", {}).get("base_measure", "n/a")
-    if metric.startswith("event_"):
-        card["event"] = f"{wp.get('outcome_event')}; {sc.get('event_forecast', '')}"
-    if metric in FEATURE_METRICS:
-        card["encoder"] = f"{enc['encoder']} ({enc['kind']}, {enc.get('returns', 'features')})"
-        card["weights sha256"] = enc.get("weights_sha256") or "none: a weight-free encoder"
-        card["preprocessing"] = _json_short(enc.get("preprocessing", {}))
-        card["clip length and frame rate"] = (f"{_json_short(enc['clip'])} at {enc.get('frame_rate')} fps"
-                                              if enc.get("clip") else "single frames (no clip)")
-        card["comparability"] = ("comparable to published FID/FVD numbers with the same preprocessing"
-                                 if enc.get("comparable_to_published") else
-                                 "NOT comparable to published FID/FVD (weight-free encoder)")
-    if info.layer == "distributional" and metric not in ("feature_mse",):
-        card["views and strata"] = (f"{sc.get('distributional', '')}; strata: {sc.get('strata')} "
-                                    f"(bins {sc.get('action_bins')}) with {sc.get('strata_weights')} weights; "
-                                    f"strata under {sc.get('min_stratum_count')} rows or with n <= d flagged, kept")
-        if metric == "kid":
-            card["subsets"] = f"{sc.get('kid_subsets')} subsets of {sc.get('kid_subset_size')} (all rows in one when they fit)"
-        if metric == "fd_infinity":
-            card["grid"] = (f"{sc.get('fd_inf_points')} subset sizes from {sc.get('fd_inf_min_fraction')} N to N, "
-                            f"{sc.get('fd_inf_draws')} draws each")
-        if metric in ("precision", "recall", "density", "coverage"):
-            card["k"] = str(sc.get("prdc_k"))
-    r = rows.iloc[0]
-    ncl = sorted(set(int(x) for x in rows.n_clusters)) if "n_clusters" in rows else []
-    card["interval"] = (f"{r.method} bootstrap, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
-                        f"unit: {r.resampling_unit} ({'-'.join(map(str, (ncl[0], ncl[-1]))) if len(ncl) > 1 else ncl[0] if ncl else '?'} "
-                        f"clusters), paired across the world's models, seed {boot['seed']}")
-    card["strata in the resampling"] = boot.get("strata", "none")
-    if info.layer == "distributional" and metric.startswith("fd"):
-        card["estimator"] = boot.get("distributional", "")
-    return card
-
-
-def protocol_cards(intervals: pd.DataFrame, protocol: dict[str, Any]) -> dict[str, dict[str, dict[str, dict]]]:
-    """``{world: {metric: {regime: card}}}`` for every metric with an interval."""
-    out: dict = {}
-    for (world, metric, regime), rows in intervals.groupby(["world", "metric", "regime"], sort=True):
-        if world in protocol["worlds"]:
-            out.setdefault(world, {}).setdefault(metric, {})[regime] = protocol_card(
-                world, protocol["worlds"][world], protocol, metric, regime, rows)
-    return out
-
 
 def _card_html(world: str, metric: str, regime: str, card: dict[str, str]) -> str:
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in card.items())
@@ -469,13 +355,12 @@ def _card_html(world: str, metric: str, regime: str, card: dict[str, str]) -> st
 
 # ----------------------------------------------------------------------------- the document
 
+
 def _headline_columns(cols: dict[str, list[Column]], calibrated: list[Column]) -> list[Column]:
-    return [c for c in cols["observation"] if c[1] in ("state_rmse", "pixel_mse")] \
-        + [c for c in cols["image"] if c[1] == "ssim" and c[2] == "open_loop"] \
-        + [c for c in cols["stochastic"] if c[1] in ("best_of_k_mse", "nll")] \
-        + [c for c in cols["distributional"] if c[1] == "fd_stratified" and c[3].startswith("transition")] \
-        + [c for c in cols["dynamics"] if c[1] != "counterfactual_cosine"] + calibrated \
-        + [c for c in cols["task"] if c[1] == "reward_mse"]
+    """Each layer's headline columns (the registry's ``Shown.headline``), the calibrated probes before task signals."""
+    heads = set(cols["headline"])
+    return [c for s in ("observation", "image", "stochastic", "distributional", "dynamics") for c in cols[s]
+            if c in heads] + calibrated + [c for c in cols["task"] if c in heads]
 
 
 def coverage_note(cov: dict[str, Any] | None) -> str:
@@ -496,15 +381,9 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
     return text
 
 
-def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
-          kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
-          provenance: dict[str, Any] | None = None, with_figures: bool = False,
-          coverage: dict[str, Any] | None = None, cards: dict | None = None) -> Doc:
-    """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only); ``cards``:
-    :func:`protocol_cards`, when the caller has them already."""
+def _front_matter(doc: Doc, protocol: dict[str, Any], provenance: dict[str, Any] | None,
+                  coverage: dict[str, Any] | None) -> None:
     boot, enc = protocol["bootstrap"], protocol["encoder"]
-    cards = protocol_cards(intervals, protocol) if cards is None else cards
-    doc = Doc()
     doc.h(1, "wmeval scorecard")
     commit = (provenance or {}).get("git", {}) or {}
     doc.p(f"Worlds: {', '.join(f'`{w}`' for w in protocol['worlds'])}. Encoder `{enc['encoder']}`"
@@ -520,6 +399,10 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
     doc.html("<nav>" + "".join(f'<a href="#{slug(w)}">{esc(w)}</a>' for w in protocol["worlds"])
              + '<a href="#metrics">metrics</a><a href="#protocol-cards">protocol cards</a>'
                '<a href="#provenance">provenance</a></nav>')
+
+
+def _glance_section(doc: Doc, intervals: pd.DataFrame, protocol: dict[str, Any]) -> dict[str, tuple]:
+    """The first screen: per world, the best model per layer; returns each world's columns for its sections."""
     doc.h(2, "At a glance")
     doc.p("Per world, the best model in each layer's headline metric and how sure the paired bootstrap is: "
           "**separated** when the model's 95% rank interval is [1–1]. No single layer certifies the others.")
@@ -532,10 +415,10 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
         doc.h(3, f"{world}: which model is best at what")
         doc.table(glance(iv, list(wp["models"]), _headline_columns(cols, calibrated), world))
     doc.p(OUTSIDE_NOTE)
-    for world, wp in protocol["worlds"].items():
-        iv, cols, probe_t, calibrated = per_world[world]
-        _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
-                        with_figures)
+    return per_world
+
+
+def _metrics_section(doc: Doc, enc: dict[str, Any]) -> None:
     doc.h(2, "Metrics")
     for m in REGISTRY.values():
         direction = {True: "higher is better", False: "lower is better", None: f"closest to {m.target} is best"}
@@ -549,6 +432,9 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
     else:
         doc.p(f"`feature_mse` and the distributional metrics use encoder `{enc['encoder']}` ({enc['kind']}; "
               f"preprocessing {enc['preprocessing']}).{label}")
+
+
+def _cards_section(doc: Doc, cards: dict) -> None:
     doc.h(2, "Protocol cards")
     doc.p("One card per metric and regime: what was compared, how, with how many samples, and how its interval "
           "was made. The same cards are in `reports/protocols.json`; every interval row with its method, B, "
@@ -560,20 +446,57 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
         doc.md("\n".join(f"- `{m}` ({REGIME_LABEL.get(r, r)}): " + "; ".join(
             f"{k}: {v}" for k, v in c.items() if k not in ("metric", "definition", "world", "layer"))
             for m, by_regime in by_metric.items() for r, c in by_regime.items()))
+
+
+def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
+          kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
+          provenance: dict[str, Any] | None = None, with_figures: bool = False,
+          coverage: dict[str, Any] | None = None, cards: dict | None = None) -> Doc:
+    """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only); ``cards``:
+    :func:`protocol_cards`, when the caller has them already."""
+    cards = protocol_cards(intervals, protocol) if cards is None else cards
+    doc = Doc()
+    _front_matter(doc, protocol, provenance, coverage)
+    per_world = _glance_section(doc, intervals, protocol)
+    for world, wp in protocol["worlds"].items():
+        iv, cols, probe_t, calibrated = per_world[world]
+        _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
+                        with_figures)
+    _metrics_section(doc, protocol["encoder"])
+    _cards_section(doc, cards)
     _provenance_section(doc, provenance)
     return doc
 
 
-def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str, Any], iv: pd.DataFrame,
-                    cols: dict[str, list[Column]], probe_t: Table | None, calibrated: list[Column],
-                    curves: pd.DataFrame | None, kcurves: pd.DataFrame | None, points: pd.DataFrame | None,
-                    with_figures: bool) -> None:
-    models = list(wp["models"])
-    dyn = wp["dynamics"]
-    wcv = curves[curves.world == world] if curves is not None else None
-    wkv = kcurves[kcurves.world == world] if kcurves is not None else None
-    fig = doc.figure if with_figures else (lambda _: None)
-    doc.h(2, world)
+@dataclass(frozen=True)
+class WorldView:
+    """What a world's sections read: its protocol record, its intervals and curves, the columns to show."""
+
+    doc: Doc
+    world: str
+    wp: dict[str, Any]
+    protocol: dict[str, Any]
+    iv: pd.DataFrame
+    cols: dict[str, list[Column]]
+    probe_t: Table | None
+    calibrated: list[Column]
+    wcv: pd.DataFrame | None          # the world's horizon curves
+    wkv: pd.DataFrame | None          # the world's best-of-K curves
+    points: pd.DataFrame | None       # distributional point estimates (all worlds)
+    with_figures: bool
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.wp["models"])
+
+    def fig(self, svg: str) -> None:
+        if self.with_figures:
+            self.doc.figure(svg)
+
+
+def _ranking_section(v: WorldView) -> None:
+    """The cross-layer ranking and the paired differences to the baseline."""
+    doc, wp, iv, cols, calibrated, models = v.doc, v.wp, v.iv, v.cols, v.calibrated, v.models
     rank_cols = _headline_columns(cols, calibrated)
     rk = ranking(iv, models, rank_cols)
     if rk:
@@ -589,93 +512,143 @@ def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str
             doc.p(f"Paired differences to the baseline `{base}` (model minus baseline, same resampled episodes) "
                   "and the share of bootstrap replicates in which the model is better:")
             doc.table(baseline_table(iv, models, rank_cols, base))
+
+
+def _observation_section(v: WorldView) -> None:
+    """Observation layers, pooled and per condition, with their horizon curves."""
+    doc, world, wp, iv, cols, wcv, models = v.doc, v.world, v.wp, v.iv, v.cols, v.wcv, v.models
     doc.h(3, "Observation layers")
-    doc.table(table(iv, models, cols["observation"]))
+    doc.table(metric_table(iv, models, cols["observation"]))
     cond_cols = [(f"`{c}`", "pixel_mse", "open_loop", c) for c in sorted(set(wp["plans"].values()))]
     doc.p("Open-loop pixel MSE per condition (stratum):")
-    doc.table(table(iv, models, present(iv, cond_cols)))
+    doc.table(metric_table(iv, models, present(iv, cond_cols)))
     if wcv is not None:
         for metric in ("pixel_mse", "state_rmse", "ssim"):
-            fig(figures.curves(wcv, metric, "all", models, f"{metric} by horizon, {world}",
-                               "Teacher-forced (left) and open-loop (right) never pooled; bands are 95% "
-                               "episode-bootstrap intervals of each step."))
-    if cols["image"]:
-        doc.h(3, "Paired image metrics")
-        doc.p("PSNR in both conventions (mean of per-frame PSNR; PSNR of the pooled MSE) and their gap "
-              "10 log10(AM/GM) of the frame MSEs; an exact match counts as "
-              f"{protocol.get('scoring', {}).get('psnr_cap_db', 100):g} dB. SSIM: Gaussian window 11, sigma 1.5, "
-              "L = 1.")
-        doc.table(table(iv, models, cols["image"]))
-    if cols["stochastic"]:
-        nll = wp.get("nll", {})
-        doc.h(3, "Stochastic futures")
-        doc.p("Best-of-K picks, per realized future, the closest of the model's K samples: an oracle diagnostic, "
-              "not a deployable rule. Diversity is a spread, not coverage (compare with `ground_truth`). NLL base "
-              f"measure: {nll.get('base_measure', 'n/a')}.")
-        doc.table(table(iv, ["ground_truth", *models], cols["stochastic"]))
-        kt = kcurve_table(wkv, models)
-        if kt:
-            doc.p(f"Best-of-K sequence MSE over nested pools (oracle selection; cannot increase with K) "
-                  f"{REGISTRY['best_of_k_curve'].arrow}:")
-            doc.table(kt)
-            fig(figures.kcurve(wkv, models))
-        rt = reliability_table(iv, models)
-        if rt:
-            doc.p(f"Reliability of the event \"{wp.get('outcome_event')}\" (forecast = share of K samples; "
-                  "observed = frequency among the realized futures of the forecasts in the bin):")
-            doc.table(rt)
-            fig(figures.reliability(iv, models, str(wp.get("outcome_event"))))
-    if cols["distributional"]:
-        dp = wp.get("distributional", {})
-        doc.h(3, "Distributional metrics")
-        doc.p("`frame`: predicted frames against realized frames (the published FID construction, blind to which "
-              "history produced which frame). `transition`: each frame joined with the previous one, the motion "
-              "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
-              "plug-in estimator, which is biased at finite N; the bias-corrected row carries the basic interval "
-              "and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
-              "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
-              + " " + OUTSIDE_NOTE)
-        doc.table(table(iv, models, cols["distributional"]))
-        for text, t in strata_tables(iv, models, wp):
+            v.fig(figures.curves(wcv, metric, "all", models, f"{metric} by horizon, {world}",
+                                 "Teacher-forced (left) and open-loop (right) never pooled; bands are 95% "
+                                 "episode-bootstrap intervals of each step."))
+
+
+def _image_section(v: WorldView) -> None:
+    """Paired image metrics: PSNR in both conventions, SSIM, LPIPS."""
+    doc, protocol, iv, cols, models = v.doc, v.protocol, v.iv, v.cols, v.models
+    if not cols["image"]:
+        return
+    doc.h(3, "Paired image metrics")
+    doc.p("PSNR in both conventions (mean of per-frame PSNR; PSNR of the pooled MSE) and their gap "
+          "10 log10(AM/GM) of the frame MSEs; an exact match counts as "
+          f"{protocol.get('scoring', {}).get('psnr_cap_db', 100):g} dB. SSIM: Gaussian window 11, sigma 1.5, "
+          "L = 1.")
+    doc.table(metric_table(iv, models, cols["image"]))
+
+
+def _stochastic_section(v: WorldView) -> None:
+    """Stochastic futures: best-of-K and its curve, diversity, NLL, event reliability."""
+    doc, wp, iv, cols, wkv, models = v.doc, v.wp, v.iv, v.cols, v.wkv, v.models
+    if not cols["stochastic"]:
+        return
+    nll = wp.get("nll", {})
+    doc.h(3, "Stochastic futures")
+    doc.p("Best-of-K picks, per realized future, the closest of the model's K samples: an oracle diagnostic, "
+          "not a deployable rule. Diversity is a spread, not coverage (compare with `ground_truth`). NLL base "
+          f"measure: {nll.get('base_measure', 'n/a')}.")
+    doc.table(metric_table(iv, ["ground_truth", *models], cols["stochastic"]))
+    kt = kcurve_table(wkv, models)
+    if kt:
+        doc.p(f"Best-of-K sequence MSE over nested pools (oracle selection; cannot increase with K) "
+              f"{REGISTRY['best_of_k_curve'].arrow}:")
+        doc.table(kt)
+        v.fig(figures.kcurve(wkv, models))
+    rt = reliability_table(iv, models)
+    if rt:
+        doc.p(f"Reliability of the event \"{wp.get('outcome_event')}\" (forecast = share of K samples; "
+              "observed = frequency among the realized futures of the forecasts in the bin):")
+        doc.table(rt)
+        v.fig(figures.reliability(iv, models, str(wp.get("outcome_event"))))
+
+
+def _distributional_section(v: WorldView) -> None:
+    """Distributional metrics per view, per stratum, with their figures."""
+    doc, world, wp, protocol, iv, cols, points, models = (
+        v.doc, v.world, v.wp, v.protocol, v.iv, v.cols, v.points, v.models)
+    if not cols["distributional"]:
+        return
+    dp = wp.get("distributional", {})
+    doc.h(3, "Distributional metrics")
+    doc.p("`frame`: predicted frames against realized frames (the published FID construction, blind to which "
+          "history produced which frame). `transition`: each frame joined with the previous one, the motion "
+          "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
+          "plug-in estimator, which is biased at finite N; the bias-corrected row carries the basic interval "
+          "and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
+          "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
+          + " " + OUTSIDE_NOTE)
+    doc.table(metric_table(iv, models, cols["distributional"]))
+    for text, t in strata_tables(iv, models, wp):
+        doc.p(text)
+        doc.table(t)
+    for view, vd in dp.get("views", {}).items():
+        v.fig(figures.strata_bars(iv, view, vd["strata"], protocol.get("scoring", {}).get("strata_weights",
+                                                                                           "uniform"), models))
+        if points is not None:
+            v.fig(figures.fd_vs_inverse_n(points[points.world == world], iv, view, models))
+        v.fig(figures.prdc_figure(iv, view, models))
+
+
+def _dynamics_section(v: WorldView) -> None:
+    """Seed 002's dynamics and control layers, with their curves."""
+    doc, wp, iv, cols, calibrated, wcv, models = v.doc, v.wp, v.iv, v.cols, v.calibrated, v.wcv, v.models
+    dyn = v.wp["dynamics"]
+    if not cols["dynamics"]:
+        return
+    dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
+    doc.h(3, "Dynamics and control layers")
+    doc.table(metric_table(iv, dyn_models, cols["dynamics"] + calibrated))
+    if wcv is not None:
+        for text, t in curve_tables(wcv, dyn_models[1:], wp):
             doc.p(text)
             doc.table(t)
-        for view, vd in dp.get("views", {}).items():
-            fig(figures.strata_bars(iv, view, vd["strata"], protocol.get("scoring", {}).get("strata_weights",
-                                                                                             "uniform"), models))
-            if points is not None:
-                fig(figures.fd_vs_inverse_n(points[points.world == world], iv, view, models))
-            fig(figures.prdc(iv, view, models))
-    if cols["dynamics"]:
-        dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
-        doc.h(3, "Dynamics and control layers")
-        doc.table(table(iv, dyn_models, cols["dynamics"] + calibrated))
-        if wcv is not None:
-            for text, t in curve_tables(wcv, dyn_models[1:], wp):
-                doc.p(text)
-                doc.table(t)
-            for metric, cond, title in curve_specs(wp):
-                fig(figures.curves(_dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
-                                   "Dynamics episodes; bands are 95% intervals at each step."))
-        pairs = [(f"{a} vs {b}", "open_loop", f"{a} vs {b}") for a, b in dyn["counterfactual_pairs"]]
-        fig(figures.points(iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
-                           "Predicted over real one-step spread between the actions of a counterfactual pair; the "
-                           "dashed line is the ideal 1.", reference=1.0))
-        tasks = [(t, "closed_loop", t) for t in dyn["tasks"]]
-        fig(figures.points(iv, "control_cost", tasks, dyn_models, "MPC cost in the real world",
-                           "Random-shooting MPC planning with each model, acting in the true world; ground_truth "
-                           "plans with the simulator."))
-    if probe_t:
-        doc.h(3, "Physics probes, calibrated on the true world first")
-        doc.table(probe_t)
-        wins = [(f"{p} w={w}", "probe", f"{p} w={w}") for p in dyn["probes"] for w in dyn["probe_windows"]]
-        fig(figures.points(iv, "probe_flag_rate", wins, ["ground_truth"] + [m for m in models if m not in dyn["skipped"]],
-                           "Probe flag rate per window", "A window that flags the true world above "
-                           f"{dyn['probe_max_true_rate']} (dashed) is miscalibrated and not used to judge models.",
-                           reference=dyn["probe_max_true_rate"]))
-    if cols["task"]:
-        doc.h(3, "Task signals")
-        doc.p(f"Reward: {wp['reward']}; event: {wp['event']}. Read from each model's open-loop prediction.")
-        doc.table(table(iv, models, cols["task"]))
+        for metric, cond, title in curve_specs(wp):
+            v.fig(figures.curves(_dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
+                                 "Dynamics episodes; bands are 95% intervals at each step."))
+    pairs = [(f"{a} vs {b}", "open_loop", f"{a} vs {b}") for a, b in dyn["counterfactual_pairs"]]
+    v.fig(figures.points(iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
+                         "Predicted over real one-step spread between the actions of a counterfactual pair; the "
+                         "dashed line is the ideal 1.", reference=1.0))
+    tasks = [(t, "closed_loop", t) for t in dyn["tasks"]]
+    v.fig(figures.points(iv, "control_cost", tasks, dyn_models, "MPC cost in the real world",
+                         "Random-shooting MPC planning with each model, acting in the true world; ground_truth "
+                         "plans with the simulator."))
+
+
+def _probes_section(v: WorldView) -> None:
+    """Physics probes, calibrated on the true world first."""
+    doc, iv, probe_t, models = v.doc, v.iv, v.probe_t, v.models
+    dyn = v.wp["dynamics"]
+    if not probe_t:
+        return
+    doc.h(3, "Physics probes, calibrated on the true world first")
+    doc.table(probe_t)
+    wins = [(f"{p} w={w}", "probe", f"{p} w={w}") for p in dyn["probes"] for w in dyn["probe_windows"]]
+    v.fig(figures.points(iv, "probe_flag_rate", wins, ["ground_truth"] + [m for m in models if m not in dyn["skipped"]],
+                         "Probe flag rate per window", "A window that flags the true world above "
+                         f"{dyn['probe_max_true_rate']} (dashed) is miscalibrated and not used to judge models.",
+                         reference=dyn["probe_max_true_rate"]))
+
+
+def _task_section(v: WorldView) -> None:
+    """Seed 003's task signals."""
+    doc, wp, iv, cols, models = v.doc, v.wp, v.iv, v.cols, v.models
+    if not cols["task"]:
+        return
+    doc.h(3, "Task signals")
+    doc.p(f"Reward: {wp['reward']}; event: {wp['event']}. Read from each model's open-loop prediction.")
+    doc.table(metric_table(iv, models, cols["task"]))
+
+
+def _protocol_section(v: WorldView) -> None:
+    """The world's protocol, in words."""
+    doc, world, wp = v.doc, v.world, v.wp
+    dyn = v.wp["dynamics"]
     doc.h(3, f"Protocol: {world}")
     lines = [f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), "
              f"horizon H = {wp['horizon']}",
@@ -699,6 +672,22 @@ def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str
     doc.html("<ul>" + "".join(f"<li>{inline(x[2:])}</li>" for x in lines) + "</ul>")
 
 
+#: A world's sections, in the order the scorecard shows them.
+WORLD_SECTIONS = (_ranking_section, _observation_section, _image_section, _stochastic_section, _distributional_section, _dynamics_section, _probes_section, _task_section, _protocol_section)
+
+
+def _world_sections(doc: Doc, world: str, wp: dict[str, Any], protocol: dict[str, Any], iv: pd.DataFrame,
+                    cols: dict[str, list[Column]], probe_t: Table | None, calibrated: list[Column],
+                    curves: pd.DataFrame | None, kcurves: pd.DataFrame | None, points: pd.DataFrame | None,
+                    with_figures: bool) -> None:
+    doc.h(2, world)
+    view = WorldView(doc, world, wp, protocol, iv, cols, probe_t, calibrated,
+                     curves[curves.world == world] if curves is not None else None,
+                     kcurves[kcurves.world == world] if kcurves is not None else None, points, with_figures)
+    for section in WORLD_SECTIONS:
+        section(view)
+
+
 def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
     doc.h(2, "Provenance")
     if not provenance:
@@ -718,6 +707,7 @@ def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
 
 
 # ----------------------------------------------------------------------------- outputs
+
 
 def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
            kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,

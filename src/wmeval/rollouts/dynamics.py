@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from wmeval.models.base import History, check_prediction
 from wmeval.rollouts.episodes import GROUND_TRUTH
 from wmeval.rollouts.planning import random_shooting_mpc
 from wmeval.tables import rollout_table, with_metadata
-from wmeval.worlds import World, rollout_states
+from wmeval.worlds import Plan, World, rollout_states
 
 log = logging.getLogger(__name__)
 FORMAT = "wmeval-dynamics/1"
@@ -95,18 +96,11 @@ def _block(world: World, source: str, regime: str, plan: str, condition: str, st
                          actions=actions, frame_dtype="float32", reward=world.reward(states, None))
 
 
-def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
-                    protocol: ProtocolConfig, progress: bool = True) -> tuple[dict[str, pa.Table], dict[str, str]]:
-    """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out."""
-    n, H = dyn.n_episodes, dyn.horizon
-    s0 = world.initial_states(n, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
-    plans = world.plans(n, H, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))
-    m = protocol.num_futures if world.stochastic else 1
-    tasks, probes = world.tasks(), world.probes()
-    truth = StatePredictor(GROUND_TRUTH, None, world, dyn.seed)
-    arm_key = {arm: f"pair:{a}|{b}" for a, b in world.counterfactual_pairs() for arm in (a, b)}
+def _predictors(world: World, models: dict[str, Any], dyn: DynamicsConfig, s0: np.ndarray,
+                probe_actions: np.ndarray) -> tuple[dict[str, StatePredictor], dict[str, str]]:
+    """The true world and every model that can answer state queries; ``{model: reason}`` for the rest."""
+    predictors = {GROUND_TRUTH: StatePredictor(GROUND_TRUTH, None, world, dyn.seed)}
     skipped: dict[str, str] = {}
-    predictors = {GROUND_TRUTH: truth}
     for name, model in models.items():
         if getattr(model, "precomputed", False):
             skipped[name] = "imported predictions cannot answer the planner's and probes' new queries"
@@ -115,44 +109,89 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
             skipped[name] = model.observation_only
             continue
         p = StatePredictor(name, model, world, dyn.seed)
-        if p(s0[:1], plans[0].actions[:1, :1], 1, "probe_call") is None:
+        if p(s0[:1], probe_actions, 1, "probe_call") is None:
             skipped[name] = "the model predicts frames only; the dynamics layers need states"
             continue
         predictors[name] = p
-    blocks: dict[str, list[pa.Table]] = {k: [] for k in predictors}
+    return predictors, skipped
+
+
+@dataclass
+class _Queries:
+    """One world's dynamics queries: the same start states and plans for every source."""
+
+    world: World
+    dyn: DynamicsConfig
+    s0: np.ndarray
+    plans: list[Plan]
+    num_futures: int
+    truth: StatePredictor
+    blocks: dict[str, list[pa.Table]]
+    bar: Any
+
+    def plan_rows(self, name: str, pred: StatePredictor, samples: int) -> None:
+        regime = "realized" if name == GROUND_TRUTH else "open_loop"
+        arm_key = {arm: f"pair:{a}|{b}" for a, b in self.world.counterfactual_pairs() for arm in (a, b)}
+        for p in self.plans:
+            # Both arms of a counterfactual pair share one noise stream (common random numbers):
+            # their difference is the action's effect, not two independent draws of noise.
+            states = pred(self.s0, p.actions, samples, "plan", arm_key.get(p.name, p.name))
+            self.blocks[name].append(_block(self.world, name, regime, p.name, p.condition, states, p.actions, 1))
+            self.bar.update()
+
+    def planner_rows(self, name: str, pred: StatePredictor, samples: int) -> None:
+        """Planner-chosen actions: MPC with this model on the first task, in the real world."""
+        world, tasks = self.world, self.world.tasks()
+        if name != GROUND_TRUTH and tasks:
+            _, acts = _mpc(pred, world, tasks[0].cost, self.s0, self.dyn.horizon, self.dyn,
+                           f"planner:{tasks[0].name}")
+            states = pred(self.s0, acts, samples, "planner")
+            self.blocks[name].append(_block(world, name, "open_loop", "planner", "planner", states, acts, 1))
+            real = self.truth(self.s0, acts, self.num_futures, "planner", name)
+            self.blocks[GROUND_TRUTH].append(_block(world, GROUND_TRUTH, "realized", f"planner:{name}",
+                                                    "planner", real, acts, 1))
+        self.bar.update()
+
+    def probe_rows(self, name: str, pred: StatePredictor, samples: int) -> None:
+        world, n, s0 = self.world, len(self.s0), self.s0
+        for probe in world.probes():
+            acts = np.broadcast_to(np.asarray(probe.action, float), (n, self.dyn.probe_horizon,
+                                                                      world.action_dim)).copy()
+            states = pred(s0, acts, samples, "probe", probe.name)
+            states = np.concatenate([np.repeat(s0[:, None, None], samples, axis=1), states], axis=2)
+            full = np.concatenate([np.zeros((n, 1, world.action_dim)), acts], axis=1)
+            self.blocks[name].append(_block(world, name, "probe", probe.name, probe.name, states, full, 0))
+            self.bar.update()
+
+    def control_rows(self, name: str, pred: StatePredictor) -> None:
+        world, dyn = self.world, self.dyn
+        for task in world.tasks():
+            start = np.tile(np.asarray(task.start, float), (dyn.control_episodes, 1))
+            real, acts = _mpc(pred, world, task.cost, start, dyn.control_steps, dyn, f"control:{task.name}")
+            full = np.concatenate([np.zeros((dyn.control_episodes, 1, world.action_dim)), acts], axis=1)
+            self.blocks[name].append(_block(world, name, "closed_loop", task.name, task.name, real[:, None], full, 0))
+            self.bar.update()
+
+
+def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
+                    protocol: ProtocolConfig, progress: bool = True) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out."""
+    n, H = dyn.n_episodes, dyn.horizon
+    s0 = world.initial_states(n, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
+    plans = world.plans(n, H, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))
+    m = protocol.num_futures if world.stochastic else 1
+    tasks, probes = world.tasks(), world.probes()
+    predictors, skipped = _predictors(world, models, dyn, s0, plans[0].actions[:1, :1])
     steps = len(predictors) * (len(plans) + 1 + len(probes) + len(tasks))
     with tqdm(total=steps, desc=f"dynamics {world.name}", unit="rollout", disable=not progress) as bar:
+        q = _Queries(world, dyn, s0, plans, m, predictors[GROUND_TRUTH], {k: [] for k in predictors}, bar)
         for name, pred in predictors.items():
-            samples = m if name == GROUND_TRUTH else (protocol.num_samples if getattr(pred.model, "stochastic", False) else 1)
-            regime = "realized" if name == GROUND_TRUTH else "open_loop"
-            for p in plans:
-                # Both arms of a counterfactual pair share one noise stream (common random numbers):
-                # their difference is the action's effect, not two independent draws of noise.
-                states = pred(s0, p.actions, samples, "plan", arm_key.get(p.name, p.name))
-                blocks[name].append(_block(world, name, regime, p.name, p.condition, states, p.actions, 1))
-                bar.update()
-            if name != GROUND_TRUTH and tasks:
-                # Planner-chosen actions: MPC with this model on the first task, in the real world.
-                _, acts = _mpc(pred, world, tasks[0].cost, s0, H, dyn, f"planner:{tasks[0].name}")
-                states = pred(s0, acts, samples, "planner")
-                blocks[name].append(_block(world, name, "open_loop", "planner", "planner", states, acts, 1))
-                real = truth(s0, acts, m, "planner", name)
-                blocks[GROUND_TRUTH].append(_block(world, GROUND_TRUTH, "realized", f"planner:{name}",
-                                                   "planner", real, acts, 1))
-            bar.update()
-            for probe in probes:
-                acts = np.broadcast_to(np.asarray(probe.action, float), (n, dyn.probe_horizon, world.action_dim)).copy()
-                states = pred(s0, acts, samples, "probe", probe.name)
-                states = np.concatenate([np.repeat(s0[:, None, None], samples, axis=1), states], axis=2)
-                full = np.concatenate([np.zeros((n, 1, world.action_dim)), acts], axis=1)
-                blocks[name].append(_block(world, name, "probe", probe.name, probe.name, states, full, 0))
-                bar.update()
-            for task in tasks:
-                start = np.tile(np.asarray(task.start, float), (dyn.control_episodes, 1))
-                real, acts = _mpc(pred, world, task.cost, start, dyn.control_steps, dyn, f"control:{task.name}")
-                full = np.concatenate([np.zeros((dyn.control_episodes, 1, world.action_dim)), acts], axis=1)
-                blocks[name].append(_block(world, name, "closed_loop", task.name, task.name, real[:, None], full, 0))
-                bar.update()
+            stochastic = getattr(pred.model, "stochastic", False)
+            samples = m if name == GROUND_TRUTH else (protocol.num_samples if stochastic else 1)
+            q.plan_rows(name, pred, samples)
+            q.planner_rows(name, pred, samples)
+            q.probe_rows(name, pred, samples)
+            q.control_rows(name, pred)
     meta = {
         "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
         "dynamics": dataclasses.asdict(dyn), "num_futures": m, "code": code_version("rollouts"),
@@ -160,7 +199,5 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
         "tasks": {t.name: {"start": list(t.start), "description": t.description} for t in tasks},
         "probes": {p.name: p.description for p in probes}, "skipped": skipped,
     }
-    out = {}
-    for name, parts in blocks.items():
-        out[name] = with_metadata(pa.concat_tables(parts), {**meta, "source": name})
-    return out, skipped
+    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name})
+            for name, parts in q.blocks.items()}, skipped

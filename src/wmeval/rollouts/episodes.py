@@ -130,6 +130,40 @@ def _frames(world: World, pred: Prediction) -> np.ndarray:
     return pred.frames if pred.frames is not None else world.render(pred.states)
 
 
+def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfig, eps: Episodes, p: Plan,
+                    h0: History, real: np.ndarray, real_frames: np.ndarray,
+                    samples: int) -> tuple[Prediction, np.ndarray, np.ndarray | None]:
+    """One-step predictions of each ``o_t`` from the realized ``o_0..o_{t-1}`` (realization 0 of ``p``):
+    ``(first prediction, frames, states)``."""
+    if getattr(model, "precomputed", False):
+        pred = _predict(model, name, world, "teacher_forced", p, h0, p.actions, samples, None, eps, protocol)
+        return pred, _frames(world, pred), pred.states
+    steps = []
+    for t in range(1, protocol.horizon + 1):
+        hist = History(frames=real_frames[:, :t], states=real[:, :t], actions=p.actions[:, :t - 1])
+        steps.append(_predict(model, name, world, "teacher_forced", p, hist, p.actions[:, t - 1:t],
+                              samples, make_rng(protocol.seed, world.name, "model", name, "teacher_forced", t),
+                              eps, protocol))
+    frames = np.concatenate([_frames(world, s) for s in steps], axis=2)
+    states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
+    return steps[0], frames, states
+
+
+def _log_prob(model: Any, name: str, world: World, h0: History, p: Plan, real: np.ndarray,
+              real_frames: np.ndarray) -> np.ndarray | None:
+    """The model's log density of the realized future ``(N, H)``, for a stochastic model that has one."""
+    if not (getattr(model, "stochastic", False) and callable(getattr(model, "log_prob", None))):
+        return None
+    future = History(frames=real_frames[:, 1:], states=real[:, 1:], actions=p.actions)
+    try:
+        raw = model.log_prob(h0, p.actions, future)
+    except NotImplementedError:
+        return None
+    if raw is None:
+        return None
+    return check_log_prob(raw, (len(real), real.shape[1] - 1), f"model {name!r} on world {world.name!r}: log_prob")
+
+
 def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: WorldConfig,
                 protocol: ProtocolConfig, eps: Episodes, progress: tqdm | None = None) -> pa.Table:
     """All rows of one model on one world: open loop under every plan, then teacher forced."""
@@ -155,30 +189,11 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     p = eps.plan(protocol.teacher_forced_plan)
     real = eps.realized[p.name][:, 0]  # (N, H + 1, D), realization 0
     real_frames = world.render(real)
-    if getattr(model, "precomputed", False):
-        pred = _predict(model, name, world, "teacher_forced", p, h0, p.actions, samples, None, eps, protocol)
-        tf_frames, tf_states = _frames(world, pred), pred.states
-    else:
-        steps = []
-        for t in range(1, H + 1):
-            hist = History(frames=real_frames[:, :t], states=real[:, :t], actions=p.actions[:, :t - 1])
-            steps.append(_predict(model, name, world, "teacher_forced", p, hist, p.actions[:, t - 1:t],
-                                  samples, make_rng(seed, world.name, "model", name, "teacher_forced", t),
-                                  eps, protocol))
-        tf_frames = np.concatenate([_frames(world, s) for s in steps], axis=2)
-        tf_states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
-        pred = steps[0]
+    pred, tf_frames, tf_states = _teacher_forced(model, name, world, protocol, eps, p, h0, real, real_frames,
+                                                 samples)
     has_state.append(tf_states is not None)
     rendered.append(pred.frames is None)
-    logp = None
-    if getattr(model, "stochastic", False) and callable(getattr(model, "log_prob", None)):
-        future = History(frames=real_frames[:, 1:], states=real[:, 1:], actions=p.actions)
-        try:
-            raw = model.log_prob(h0, p.actions, future)
-        except NotImplementedError:
-            raw = None
-        if raw is not None:
-            logp = check_log_prob(raw, (n, H), f"model {name!r} on world {world.name!r}: log_prob")
+    logp = _log_prob(model, name, world, h0, p, real, real_frames)
     tables.append(rollout_table(
         world=world.name, source=name, regime="teacher_forced", plan=p.name, condition=p.condition,
         episodes=eps.ids, t=np.arange(1, H + 1), frames=tf_frames, states=tf_states,

@@ -1,0 +1,211 @@
+"""Protocol cards: what was compared, how, with how many samples, and how the interval was made.
+
+A card is assembled from declarations: fields every card has, fields by the metric's resampling
+unit (observation, dynamics or control episodes, probes), the fields the metric itself names in
+its registry entry (:attr:`wmeval.metrics.MetricInfo.card`), and the interval's fields. Adding a
+metric never touches this file unless it needs a field no metric has had before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from wmeval.metrics import REGISTRY, MetricInfo
+
+REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
+                "probe": "probe"}
+
+
+@dataclass(frozen=True)
+class CardContext:
+    """What a card field may read: the world's protocol record, the run's, and the interval rows."""
+
+    world: str
+    wp: dict[str, Any]            # protocol["worlds"][world]
+    protocol: dict[str, Any]
+    metric: str
+    regime: str
+    rows: pd.DataFrame            # the metric's interval rows for this (world, regime)
+
+    @property
+    def info(self) -> MetricInfo:
+        return REGISTRY[self.metric]
+
+    @property
+    def sc(self) -> dict[str, Any]:
+        return self.protocol.get("scoring", {})
+
+    @property
+    def enc(self) -> dict[str, Any]:
+        return self.protocol["encoder"]
+
+    @property
+    def dyn(self) -> dict[str, Any]:
+        return self.wp["dynamics"]
+
+    @property
+    def unit(self) -> str:
+        return str(self.rows.unit.iloc[0]) if "unit" in self.rows and len(self.rows) else "observation"
+
+    @property
+    def regime_label(self) -> str:
+        return REGIME_LABEL.get(self.regime, self.regime)
+
+
+def _short(x: Any) -> str:
+    """A nested protocol value as one line."""
+    if isinstance(x, dict):
+        return "; ".join(f"{k}: {_short(v)}" for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_short(v) for v in x)
+    return str(x)
+
+
+# ----------------------------------------------------------------------------- fields every card has
+
+def _head(c: CardContext) -> dict[str, str]:
+    info = c.info
+    direction = {True: "higher is better", False: "lower is better", None: (
+        f"closest to {info.target:g} is best" if info.target is not None else "no direction (a diagnostic)")}
+    return {"metric": c.metric, "direction": f"{info.arrow} {direction[info.higher_is_better]}",
+            "unit": info.unit, "layer": info.layer, "definition": info.definition, "world": c.world,
+            "regime": c.regime_label, "conditions": ", ".join(sorted(set(map(str, c.rows.condition))))}
+
+
+def _observation(c: CardContext) -> dict[str, str]:
+    wp = c.wp
+    ks = ", ".join(f"{m} {k}" for m, k in wp["models"].items())
+    tf = f"; teacher-forced along realization 0 of {wp['teacher_forced_plan']}" if c.regime == "teacher_forced" else ""
+    return {"compared": (f"each model's {c.regime_label} predictions against the ground-truth world's realized "
+                         f"futures of the same episodes and plans"),
+            "horizon": f"H = {wp['horizon']} steps" + tf,
+            "sample counts": (f"N = {wp['n_episodes']} episodes x {len(wp['plans'])} plans "
+                              f"({', '.join(wp['plans'])}); M = {wp['num_futures']} realized futures per plan; "
+                              f"K samples: {ks}")}
+
+
+def _dynamics(c: CardContext) -> dict[str, str]:
+    d = c.dyn
+    return {"compared": "state predictions against the true simulator from the same states and actions",
+            "horizon": f"{d['horizon']} steps; counterfactual horizon {d['counterfactual_horizon']}",
+            "sample counts": f"{d['n_episodes']} dynamics episodes, {d['n_random_plans']} random plan(s)"}
+
+
+def _control(c: CardContext) -> dict[str, str]:
+    d = c.dyn
+    return {"compared": "task cost in the real world of MPC planning with each model (ground_truth: the simulator)",
+            "horizon": f"{d['control_steps']} steps per episode; plans of {d['plan_horizon']} steps",
+            "sample counts": f"{d['control_episodes']} control episodes per task; {d['n_plans']} plans per step"}
+
+
+def _probe(c: CardContext) -> dict[str, str]:
+    d = c.dyn
+    return {"compared": "the probed invariant on each model's zero-action rollouts, the true world first",
+            "horizon": f"{d['probe_horizon']} steps",
+            "window": (f"w in {d['probe_windows']}, tolerance {d['probe_tolerance']}, a window is used only "
+                       f"if the true world's flag rate stays <= {d['probe_max_true_rate']}")}
+
+
+#: Fields by the resampling unit of the metric's rows (anything else is a probe).
+UNIT_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
+    "observation": _observation, "dynamics": _dynamics, "control": _control}
+
+
+def _interval(c: CardContext) -> dict[str, str]:
+    r, boot = c.rows.iloc[0], c.protocol["bootstrap"]
+    ncl = sorted(set(int(x) for x in c.rows.n_clusters)) if "n_clusters" in c.rows else []
+    clusters = "-".join(map(str, (ncl[0], ncl[-1]))) if len(ncl) > 1 else ncl[0] if ncl else "?"
+    return {"interval": (f"{r.method} bootstrap, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
+                         f"unit: {r.resampling_unit} ({clusters} clusters), paired across the world's models, "
+                         f"seed {boot['seed']}"),
+            "strata in the resampling": boot.get("strata", "none")}
+
+
+# ----------------------------------------------------------------------------- fields a metric names
+
+def _frames(c: CardContext) -> dict[str, str]:
+    return {"resolution and data range": (f"frames {c.wp['frame_shape']} stored as {c.wp['frame_dtype']}, "
+                                          f"decoded to [0, 1], L = {c.sc.get('data_range', 1.0):g}")}
+
+
+def _encoder(c: CardContext) -> dict[str, str]:
+    enc = c.enc
+    return {"encoder": f"{enc['encoder']} ({enc['kind']}, {enc.get('returns', 'features')})",
+            "weights sha256": enc.get("weights_sha256") or "none: a weight-free encoder",
+            "preprocessing": _short(enc.get("preprocessing", {})),
+            "clip length and frame rate": (f"{_short(enc['clip'])} at {enc.get('frame_rate')} fps"
+                                           if enc.get("clip") else "single frames (no clip)"),
+            "comparability": ("comparable to published FID/FVD numbers with the same preprocessing"
+                              if enc.get("comparable_to_published") else
+                              "NOT comparable to published FID/FVD (weight-free encoder)")}
+
+
+def _no_selection(c: CardContext) -> dict[str, str]:
+    if c.unit != "observation":
+        return {}
+    return {"K and selection rule": "no selection: errors average every (sample, realized future) pair"}
+
+
+def _views(c: CardContext) -> dict[str, str]:
+    sc = c.sc
+    return {"views and strata": (f"{sc.get('distributional', '')}; strata: {sc.get('strata')} "
+                                 f"(bins {sc.get('action_bins')}) with {sc.get('strata_weights')} weights; "
+                                 f"strata under {sc.get('min_stratum_count')} rows or with n <= d flagged, kept")}
+
+
+#: Every field a registry entry may name in ``card``, in the order a card shows them.
+CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
+    "frames": _frames,
+    "ssim_window": lambda c: {"window": _short(c.sc.get("ssim", {}))},
+    "psnr_cap": lambda c: {"PSNR cap": f"{c.sc.get('psnr_cap_db', 100):g} dB for an exact match"},
+    "best_of_k_rule": lambda c: {"K and selection rule": c.sc.get("best_of_k", "oracle")},
+    "no_selection": _no_selection,
+    "lpips_backbone": lambda c: {"backbone": str(c.sc.get("lpips_protocol") or c.sc.get("lpips"))},
+    "nll_base_measure": lambda c: {"base measure": c.wp.get("nll", {}).get("base_measure", "n/a")},
+    "outcome_event": lambda c: {"event": f"{c.wp.get('outcome_event')}; {c.sc.get('event_forecast', '')}"},
+    "reward_event": lambda c: {"event": f"{c.wp.get('event')}, with the world's reward read from each prediction"},
+    "encoder": _encoder,
+    "views_strata": _views,
+    "kid_subsets": lambda c: {"subsets": (f"{c.sc.get('kid_subsets')} subsets of {c.sc.get('kid_subset_size')} "
+                                          "(all rows in one when they fit)")},
+    "fd_inf_grid": lambda c: {"grid": (f"{c.sc.get('fd_inf_points')} subset sizes from "
+                                       f"{c.sc.get('fd_inf_min_fraction')} N to N, "
+                                       f"{c.sc.get('fd_inf_draws')} draws each")},
+    "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
+}
+#: Fields a registry entry may name that follow the interval's (how the interval treats the estimator).
+AFTER_INTERVAL: dict[str, Callable[[CardContext], dict[str, str]]] = {
+    "fd_estimator": lambda c: {"estimator": c.protocol["bootstrap"].get("distributional", "")},
+}
+
+
+def protocol_card(world: str, wp: dict[str, Any], protocol: dict[str, Any], metric: str, regime: str,
+                  rows: pd.DataFrame) -> dict[str, str]:
+    """What was compared, how, with how many samples, and how the interval was made, for one metric."""
+    c = CardContext(world, wp, protocol, metric, regime, rows)
+    unknown = set(c.info.card) - set(CARD_FIELDS) - set(AFTER_INTERVAL)
+    if unknown:
+        raise KeyError(f"metric {metric!r} names card fields {sorted(unknown)} that no renderer knows")
+    card = {**_head(c), **UNIT_FIELDS.get(c.unit, _probe)(c)}
+    for name, field in CARD_FIELDS.items():
+        if name in c.info.card:
+            card.update(field(c))
+    card.update(_interval(c))
+    for name, field in AFTER_INTERVAL.items():
+        if name in c.info.card:
+            card.update(field(c))
+    return card
+
+
+def protocol_cards(intervals: pd.DataFrame, protocol: dict[str, Any]) -> dict[str, dict[str, dict[str, dict]]]:
+    """``{world: {metric: {regime: card}}}`` for every metric with an interval."""
+    out: dict = {}
+    for (world, metric, regime), rows in intervals.groupby(["world", "metric", "regime"], sort=True):
+        if world in protocol["worlds"]:
+            out.setdefault(world, {}).setdefault(metric, {})[regime] = protocol_card(
+                world, protocol["worlds"][world], protocol, metric, regime, rows)
+    return out
