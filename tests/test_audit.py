@@ -152,3 +152,27 @@ def test_refuses_a_stale_output(mini):
             lineage(mini, "blobs/reversed/fd")
     finally:
         (mini / "params.yaml").write_text("n: 3\n")
+
+
+def test_audit_compares_each_table_with_its_own_stage_code(tmp_path):
+    """A table's recorded code digest is checked against the current digest of its stage's deps only."""
+    from wmeval.core.digest import code_version
+    from wmeval.lineage.audit import _code_check
+
+    (tmp_path / "src/a").mkdir(parents=True)
+    (tmp_path / "src/b").mkdir(parents=True)
+    (tmp_path / "src/a/m.py").write_text("A = 1\n")
+    (tmp_path / "src/b/m.py").write_text("B = 1\n")
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"one": {"cmd": "x", "deps": ["src/a"]},
+                                                                  "two": {"cmd": "y", "deps": ["src/b"]}}}))
+    tables = [{"metadata": {"code": code_version(s, tmp_path)}} for s in ("one", "two")]
+    notes: list[str] = []
+    out = _code_check(tmp_path, tables, notes)
+    assert notes == [] and set(out["current"]) == {"one", "two"}
+    (tmp_path / "src/b/m.py").write_text("B = 2\n")         # stage two's code changes after it ran
+    notes = []
+    _code_check(tmp_path, tables, notes)
+    assert len(notes) == 1 and "the two stage's code differs" in notes[0]
+    notes = []
+    _code_check(tmp_path, [{"metadata": {"code": {"wmeval": "0.1.0", "source_sha256": "x"}}}], notes)
+    assert notes and "records no stage" in notes[0]

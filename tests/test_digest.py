@@ -26,8 +26,6 @@ def _project(root: Path) -> Path:
 
 
 def _digest(root: Path, stage: str = "a") -> str:
-    from wmeval.core import digest
-    digest._code_version.cache_clear()      # the digest is cached per process; these edits happen inside one
     return code_version(stage, root)["source_sha256"]
 
 
@@ -71,8 +69,6 @@ def test_missing_dvc_yaml_stage_or_dep_is_a_clear_error(tmp_path):
         code_version("zz", root)
     (root / "src/pkg/one/m.py").unlink()
     (root / "src/pkg/one").rmdir()
-    from wmeval.core import digest
-    digest._code_version.cache_clear()
     with pytest.raises(WmevalError, match="code dep 'src/pkg/one' does not exist"):
         code_version("a", root)
 

@@ -250,3 +250,44 @@ def test_the_check_sees_a_circle_and_an_upward_import():
     finally:
         tmp.unlink()
     assert {"__init__.py", "report/__init__.py", "report/scorecard.py"} <= got
+
+
+def _dvc_status(project: Path) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    dvc = Path(sys.executable).parent / "dvc"
+    out = subprocess.run([str(dvc), "status", "--json"], cwd=project, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _changed_code_deps(status: dict) -> dict[str, set[str]]:
+    """Per stage, the code deps ``dvc status`` reports as changed (the data are absent in a fresh copy)."""
+    return {stage: {dep for entry in entries if isinstance(entry, dict)
+                    for dep in (entry.get("changed deps") or {}) if dep.startswith(("src/", "stages/"))}
+            for stage, entries in status.items()}
+
+
+@pytest.mark.slow
+def test_dvc_sees_an_edit_of_any_shared_layer_in_every_stage_that_imports_it(tmp_path):
+    """End to end, with DVC itself: against the committed lock, editing a file of a shared layer
+    marks exactly the stages whose code can reach it as changed (the stale-result defect)."""
+    from conftest import make_project
+
+    project = make_project(tmp_path / "p", [])
+    (project / "dvc.lock").write_text((ROOT / "dvc.lock").read_text())
+    stale = {stage: deps for stage, deps in _changed_code_deps(_dvc_status(project)).items() if deps}
+    assert not stale, f"the committed dvc.lock is stale against the code (run `dvc repro` and commit): {stale}"
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    for layer, probe in (("worlds", "base.py"), ("core", "errors.py"), ("metrics", "registry.py")):
+        target = project / "src/wmeval" / layer / probe
+        original = target.read_text()
+        target.write_text(original + "\n# edited\n")
+        changed = {stage for stage, deps in _changed_code_deps(_dvc_status(project)).items()
+                   if f"src/wmeval/{layer}" in deps}
+        target.write_text(original)
+        reaches = {name for name in STAGES
+                   if any(f.is_relative_to(PKG / layer) for f in reachable(ROOT / "stages" / f"{name}.py"))}
+        assert reaches and changed == reaches, (layer, changed, reaches)
+        assert all(f"src/wmeval/{layer}" in dep_paths(dvc["stages"][s]) for s in reaches)

@@ -9,7 +9,6 @@ anyway, and a fresh clone reproduces the committed ``dvc.lock`` byte for byte.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -66,8 +65,15 @@ def _files(root: Path, dep: str) -> list[Path]:
     return sorted(f for f in p.rglob("*") if f.is_file() and not set(f.relative_to(root).parts) & set(IGNORED_PARTS))
 
 
-@lru_cache(maxsize=None)
-def _code_version(stage: str, root: Path) -> tuple[tuple[str, str], ...]:
+def code_version(stage: str, root: str | Path = ".") -> dict[str, str]:
+    """The package version and a sha256 over the files of ``stage``'s code deps in ``root/dvc.yaml``.
+
+    The digest identifies the code that produced a file, with or without git, and does not change
+    with the commit alone or with code the stage does not depend on (so DVC outputs stay
+    byte-stable across clones). ``deps`` lists the paths it covers. Computed afresh on every call
+    (a few hundred kB of code): no cache that could outlive an edit.
+    """
+    root = Path(root).resolve()
     deps = stage_code_deps(stage, root)
     h = hashlib.sha256()
     for dep in deps:
@@ -76,14 +82,4 @@ def _code_version(stage: str, root: Path) -> tuple[tuple[str, str], ...]:
             h.update(b"\0")
             h.update(f.read_bytes())
             h.update(b"\0")
-    return (("wmeval", __version__), ("stage", stage), ("deps", ",".join(deps)), ("source_sha256", h.hexdigest()))
-
-
-def code_version(stage: str, root: str | Path = ".") -> dict[str, str]:
-    """The package version and a sha256 over the files of ``stage``'s code deps in ``root/dvc.yaml``.
-
-    The digest identifies the code that produced a file, with or without git, and does not change
-    with the commit alone or with code the stage does not depend on (so DVC outputs stay
-    byte-stable across clones). ``deps`` lists the paths it covers.
-    """
-    return dict(_code_version(stage, Path(root).resolve()))
+    return {"wmeval": __version__, "stage": stage, "deps": ",".join(deps), "source_sha256": h.hexdigest()}
