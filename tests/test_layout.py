@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -142,6 +143,31 @@ def test_stage_deps_cover_every_imported_file(dvc):
 
 def test_stage_deps_cover_every_data_path_the_script_names(dvc):
     assert missing_data_deps(dvc) == {name: [] for name in STAGES}
+
+
+#: ``params.<section>`` or ``params.<section>.<key>`` in a stage's code (``params.yaml`` and dict methods aside).
+PARAM_USE = re.compile(r"\bparams\.([a-z_]+)(?:\.([a-z_]+))?")
+SECTIONS = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring"}
+
+
+def missing_params(dvc: dict) -> dict[str, list[str]]:
+    """``{stage: [params it reads that its dvc.yaml params do not list]}``, read from the stage's own code."""
+    out = {}
+    for name, stage in dvc["stages"].items():
+        declared = {p if isinstance(p, str) else next(iter(p)) for p in stage.get("params", [])}
+        files = [ROOT / "stages" / f"{name}.py", *sorted((PKG / name).rglob("*.py"))]
+        used = {m.group(1) + (f".{m.group(2)}" if m.group(2) else "")
+                for f in files for m in PARAM_USE.finditer(f.read_text()) if m.group(1) in SECTIONS}
+        out[name] = sorted(u for u in used
+                           if u not in declared and u.split(".")[0] not in declared)
+    return out
+
+
+def test_stage_params_cover_every_section_the_stage_reads(dvc):
+    assert missing_params(dvc) == {name: [] for name in STAGES}
+    broken = copy.deepcopy(dvc)
+    broken["stages"]["statistics"]["params"].remove("encoder.name")
+    assert missing_params(broken)["statistics"] == ["encoder.name"]
 
 
 def test_deleting_a_dep_line_is_caught(dvc):
