@@ -58,8 +58,8 @@ def main() -> None:
     from torchmetrics.image.fid import FrechetInceptionDistance
 
     from wmeval.core.config import EncoderConfig
+    from wmeval.core.digest import file_sha256
     from wmeval.encoders import build_encoder, fid_architecture
-    from wmeval.lineage.provenance import file_sha256
 
     tmp = Path(tempfile.mkdtemp())
     torch.manual_seed(0)

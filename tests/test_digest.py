@@ -12,7 +12,7 @@ from wmeval.core.errors import WmevalError
 
 
 def _project(root: Path) -> Path:
-    (root / "stages").mkdir()
+    (root / "stages").mkdir(parents=True)
     (root / "stages/a.py").write_text("print('a')\n")
     (root / "src/pkg/one").mkdir(parents=True)
     (root / "src/pkg/two").mkdir(parents=True)
@@ -33,7 +33,7 @@ def test_code_deps_are_the_dvc_yaml_code_entries(tmp_path):
     root = _project(tmp_path)
     assert stage_code_deps("a", root) == ["stages/a.py", "src/pkg/one"]
     rec = code_version("a", root)
-    assert rec["stage"] == "a" and rec["deps"] == "stages/a.py,src/pkg/one"
+    assert rec["stage"] == "a" and rec["deps"] == "src/pkg/one,stages/a.py"   # sorted, as DVC ignores the order
 
 
 def test_digest_moves_with_its_deps_and_only_with_them(tmp_path):
@@ -79,3 +79,27 @@ def test_file_digests_match_hashlib(tmp_path):
     f.write_bytes(b"abc" * 1000)
     assert md5_file(f) == hashlib.md5(b"abc" * 1000).hexdigest()
     assert file_digest(f) == hashlib.sha256(b"abc" * 1000).hexdigest()
+
+
+def test_digest_is_that_of_the_file_set_as_dvc_hashes_it(tmp_path):
+    """Order of the deps, where the project lies, and .dvcignore'd files do not move it; any file does."""
+    a, b = _project(tmp_path / "a"), _project(tmp_path / "b")
+    assert _digest(a) == _digest(b)                                    # two clones, two places
+    dvc = yaml.safe_load((b / "dvc.yaml").read_text())
+    dvc["stages"]["a"]["deps"] = list(reversed(dvc["stages"]["a"]["deps"]))
+    (b / "dvc.yaml").write_text(yaml.safe_dump(dvc))
+    assert _digest(b) == _digest(a)                                    # DVC ignores dep order too
+    (a / ".dvcignore").write_text("*.pyc\n.venv/\n")
+    before = _digest(a)
+    (a / "src/pkg/one/stray.pyc").write_bytes(b"\0")
+    assert _digest(a) == before
+    (a / "src/pkg/one/table.csv").write_text("x\n1\n")                 # not only .py files count
+    assert _digest(a) != before
+
+
+def test_root_defaults_to_the_checkout_the_code_is_imported_from(tmp_path, monkeypatch):
+    from wmeval.core.digest import project_root
+
+    monkeypatch.chdir(tmp_path)                                        # a notebook elsewhere
+    assert (project_root() / "dvc.yaml").is_file()
+    assert code_version("rollouts")["deps"].startswith("src/wmeval")

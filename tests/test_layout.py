@@ -317,3 +317,22 @@ def test_dvc_sees_an_edit_of_any_shared_layer_in_every_stage_that_imports_it(tmp
                    if any(f.is_relative_to(PKG / layer) for f in reachable(ROOT / "stages" / f"{name}.py"))}
         assert reaches and changed == reaches, (layer, changed, reaches)
         assert all(f"src/wmeval/{layer}" in dep_paths(dvc["stages"][s]) for s in reaches)
+
+
+def test_every_declaration_is_known_to_its_reader():
+    """Registry card fields and columns, and world attributes, are read by name: a typo must fail here,
+    not in stage 3 or 5 after the earlier stages ran."""
+    from wmeval.metrics import REGISTRY
+    from wmeval.report.cards import AFTER_INTERVAL, CARD_FIELDS
+    from wmeval.report.scorecard import SECTIONS as TABLES
+    from wmeval.worlds import WORLD_KINDS, World
+
+    for m in REGISTRY.values():
+        assert set(m.card) <= set(CARD_FIELDS) | set(AFTER_INTERVAL), m.name
+        for s in m.shown:
+            assert s.section in TABLES, (m.name, s.section)
+            assert set(re.findall(r"{(\w+)}", s.label + s.condition)) <= {"H", "Hd", "cf", "pair", "task", "view"}
+    for kind, cls in WORLD_KINDS.items():
+        world = cls()
+        assert isinstance(world, World), kind
+        assert world.initial_states_text and world.nll_base_measure, kind

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pathspec
 import yaml
 
 from wmeval import __version__
@@ -18,8 +19,8 @@ from wmeval.core.errors import WmevalError
 
 #: Top-level folders of a stage's deps that hold code (the rest is data).
 CODE_ROOTS = ("src/", "stages/")
-#: What DVC is told to ignore in code folders (``.dvcignore``); the digest skips the same.
-IGNORED_PARTS = ("__pycache__",)
+#: Always skipped, whatever ``.dvcignore`` says (DVC's own and git's folders).
+IGNORED_PARTS = ("__pycache__", ".git", ".dvc")
 
 
 def file_digest(path: str | Path, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
@@ -56,30 +57,54 @@ def stage_code_deps(stage: str, root: Path) -> list[str]:
     return [d for d in deps if d.startswith(CODE_ROOTS)]
 
 
-def _files(root: Path, dep: str) -> list[Path]:
+def _ignore(root: Path) -> pathspec.GitIgnoreSpec:
+    """The project's ``.dvcignore`` (gitignore syntax): files DVC leaves out of a dep's hash."""
+    path = root / ".dvcignore"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _files(root: Path, dep: str, ignore: pathspec.GitIgnoreSpec) -> list[str]:
+    """The dep's files as POSIX paths relative to ``root``, without what DVC ignores."""
     p = root / dep
     if p.is_file():
-        return [p]
+        return [p.relative_to(root).as_posix()]
     if not p.is_dir():
         raise WmevalError(f"dvc.yaml: code dep {dep!r} does not exist under {root}")
-    return sorted(f for f in p.rglob("*") if f.is_file() and not set(f.relative_to(root).parts) & set(IGNORED_PARTS))
+    out = []
+    for f in p.rglob("*"):
+        rel = f.relative_to(root)
+        if f.is_file() and not set(rel.parts) & set(IGNORED_PARTS) and not ignore.match_file(rel.as_posix()):
+            out.append(rel.as_posix())
+    return out
 
 
-def code_version(stage: str, root: str | Path = ".") -> dict[str, str]:
+def project_root() -> Path:
+    """The project whose code is running: the checkout ``wmeval`` is imported from (an editable
+    install), else the working directory (where DVC runs a stage)."""
+    import wmeval
+
+    checkout = Path(wmeval.__file__).resolve().parents[2]
+    return checkout if (checkout / "dvc.yaml").is_file() else Path.cwd()
+
+
+def code_version(stage: str, root: str | Path | None = None) -> dict[str, str]:
     """The package version and a sha256 over the files of ``stage``'s code deps in ``root/dvc.yaml``.
 
     The digest identifies the code that produced a file, with or without git, and does not change
     with the commit alone or with code the stage does not depend on (so DVC outputs stay
-    byte-stable across clones). ``deps`` lists the paths it covers. Computed afresh on every call
-    (a few hundred kB of code): no cache that could outlive an edit.
+    byte-stable across clones). Like DVC's hash, it does not depend on the order of the deps, on
+    where the project lies, or on files ``.dvcignore`` leaves out. ``deps`` lists the paths it
+    covers, sorted. ``root`` defaults to :func:`project_root`, so the digest describes the code
+    that is imported. Computed afresh on every call: no cache that could outlive an edit.
     """
-    root = Path(root).resolve()
-    deps = stage_code_deps(stage, root)
+    root = project_root() if root is None else Path(root).resolve()
+    deps = sorted(set(stage_code_deps(stage, root)))
+    ignore = _ignore(root)
     h = hashlib.sha256()
-    for dep in deps:
-        for f in _files(root, dep):
-            h.update(f.relative_to(root).as_posix().encode())
-            h.update(b"\0")
-            h.update(f.read_bytes())
-            h.update(b"\0")
+    for rel in sorted({f for dep in deps for f in _files(root, dep, ignore)}):
+        h.update(rel.encode())
+        h.update(b"\0")
+        h.update((root / rel).read_bytes())
+        h.update(b"\0")
     return {"wmeval": __version__, "stage": stage, "deps": ",".join(deps), "source_sha256": h.hexdigest()}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from wmeval.core.errors import WmevalError
 from wmeval.metrics import REGISTRY, MetricInfo
 
 REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
@@ -189,7 +190,8 @@ def protocol_card(world: str, wp: dict[str, Any], protocol: dict[str, Any], metr
     c = CardContext(world, wp, protocol, metric, regime, rows)
     unknown = set(c.info.card) - set(CARD_FIELDS) - set(AFTER_INTERVAL)
     if unknown:
-        raise KeyError(f"metric {metric!r} names card fields {sorted(unknown)} that no renderer knows")
+        raise WmevalError(f"metric registry: {metric!r} names card fields {sorted(unknown)} that no renderer "
+                          "in wmeval.report.cards knows")
     card = {**_head(c), **UNIT_FIELDS.get(c.unit, _probe)(c)}
     for name, field in CARD_FIELDS.items():
         if name in c.info.card:
