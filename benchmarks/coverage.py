@@ -13,7 +13,17 @@ that the true FD has a closed form. The interval is for the plug-in estimator, w
 biased upward at finite N; the basic (bias-reflecting) bootstrap interval
 ``[2 fd - q_hi, 2 fd - q_lo]`` is reported beside the percentile one.
 
+Then the set-level intervals the scorecard's headlines and ranks use
+(``wmeval.stats.distribution_bootstrap``, the bootstrap stage's code): KID and the bias-corrected
+FD on episode-clustered Gaussian features with a closed-form truth, for a truth of 0 (the model's
+rows have the reference's distribution) and for a real shift, each **paired** (the model's
+episode e shares its episode-level latent with the reference's episode e, as predictions share a
+history with the realized future) and **unpaired** (independent episodes). Coverage is the share
+of intervals containing the truth; power (under a shift, and under a three times larger one) and
+the false-positive rate (under truth 0) are the shares of intervals entirely above 0.
+
     python benchmarks/coverage.py [--datasets 500] [--rho 0.8] [--frames 16] [--episodes 64]
+    python benchmarks/coverage.py --only sets [--set-datasets 400]
 """
 
 from __future__ import annotations
@@ -65,6 +75,74 @@ def frechet_coverage(args) -> dict:
     return out
 
 
+def polynomial_kernel_mean(mu1: np.ndarray, s1: np.ndarray, mu2: np.ndarray, s2: np.ndarray) -> float:
+    """``E (X.Y / d + 1)^3`` for independent ``X ~ N(mu1, s1)``, ``Y ~ N(mu2, s2)``, exactly.
+
+    With ``Z = X.Y``: given Y, Z is normal with mean ``m = mu1.Y`` and variance ``v = Y' s1 Y``, so
+    ``E Z = a``, ``E Z^2 = a^2 + b + t + c`` and ``E Z^3 = a^3 + 3 a b + 3 (a (c + t) + 2 mu1' s2 s1 mu2)``
+    with ``a = mu1.mu2``, ``b = mu1' s2 mu1``, ``c = mu2' s1 mu2``, ``t = tr(s1 s2)``.
+    """
+    d = len(mu1)
+    a, b, c, t = mu1 @ mu2, mu1 @ s2 @ mu1, mu2 @ s1 @ mu2, np.trace(s1 @ s2)
+    ez, ez2 = a, a * a + b + t + c
+    ez3 = a ** 3 + 3 * a * b + 3 * (a * (c + t) + 2 * mu1 @ s2 @ s1 @ mu2)
+    return float(1 + 3 * ez / d + 3 * ez2 / d ** 2 + ez3 / d ** 3)
+
+
+def true_kid(mu_x, s_x, mu_y, s_y) -> float:
+    """KID's population value, the MMD^2 with the kernel ``(x.y / d + 1)^3`` between two Gaussians."""
+    k = polynomial_kernel_mean
+    return k(mu_x, s_x, mu_x, s_x) + k(mu_y, s_y, mu_y, s_y) - 2 * k(mu_x, s_x, mu_y, s_y)
+
+
+def set_coverage(args) -> dict:
+    """Coverage and power of ``distribution_bootstrap``'s KID and bias-corrected FD intervals."""
+    from wmeval.stats import distribution_bootstrap
+
+    d, n, t, rho = args.set_dim, args.set_episodes, args.set_frames, args.set_rho
+    sigma = np.diag(np.linspace(0.5, 2.0, d))
+    chol = np.linalg.cholesky(sigma)
+    shift = np.zeros(d)
+    shift[0] = args.set_shift
+    ep = np.repeat(np.arange(n), t)
+    out = {"dim": d, "episodes": n, "frames_per_episode": t, "rho": rho, "shift": args.set_shift,
+           "datasets": args.set_datasets, "n_resamples": args.set_resamples, "confidence_level": 0.95,
+           "cells": []}
+    for truth_name, delta in (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift)):
+        truths = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
+        for design in ("paired", "unpaired"):
+            hits = {m: [] for m in truths}
+            above = {m: [] for m in truths}
+            points = {m: [] for m in truths}
+            widths = {m: [] for m in truths}
+            for i in range(args.set_datasets):
+                rng = make_rng(args.seed, "coverage", "sets", truth_name, design, i)
+                a = rng.normal(size=(n, d))
+                b = a if design == "paired" else rng.normal(size=(n, d))
+                x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+                y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+                y_ids = ep if design == "paired" else ep + n
+                for m, truth in truths.items():
+                    r = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=y_ids, metric=m,
+                                               n_resamples=args.set_resamples, seed=i)
+                    hits[m].append(r.low <= truth <= r.high)
+                    above[m].append(r.low > 0)
+                    points[m].append(r.point)
+                    widths[m].append(r.high - r.low)
+            for m, truth in truths.items():
+                p = float(np.mean(hits[m]))
+                cell = {"metric": m, "truth": truth_name, "true_value": truth, "design": design, "coverage": p,
+                        "coverage_se": float(np.sqrt(p * (1 - p) / args.set_datasets)),
+                        ("false_positive_rate" if truth_name == "zero" else "power"): float(np.mean(above[m])),
+                        "mean_point": float(np.mean(points[m])),
+                        # the mean interval width over the width a normal interval of the estimator's actual
+                        # spread across data sets would have (2 x 1.96 sd): above 1, conservative
+                        "width_ratio": float(np.mean(widths[m]) / (2 * 1.959964 * np.std(points[m])))}
+                out["cells"].append(cell)
+                print(json.dumps(cell), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", type=int, default=500)
@@ -76,8 +154,22 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=8)
     ap.add_argument("--fd-datasets", type=int, default=500)
     ap.add_argument("--fd-resamples", type=int, default=500)
+    ap.add_argument("--set-datasets", type=int, default=400)
+    ap.add_argument("--set-resamples", type=int, default=500)
+    ap.add_argument("--set-episodes", type=int, default=32)
+    ap.add_argument("--set-frames", type=int, default=10)
+    ap.add_argument("--set-dim", type=int, default=4)
+    ap.add_argument("--set-rho", type=float, default=0.5)
+    ap.add_argument("--set-shift", type=float, default=0.5)
+    ap.add_argument("--only", choices=["means", "sets"], default=None,
+                    help="run one part and keep the other's figures from the existing results file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "coverage.json"))
     args = ap.parse_args()
+    old = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    if args.only == "sets":
+        res = {**old, "sets": set_coverage(args)}
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        return
     n, t, rho = args.episodes, args.frames, args.rho
     clusters = np.repeat(np.arange(n), t)
     frames = np.arange(n * t)
@@ -97,6 +189,7 @@ def main() -> None:
         res[name] = {"coverage": p, "coverage_se": float(np.sqrt(p * (1 - p) / args.datasets)),
                      "median_width": float(np.median(width[name]))}
     res["frechet"] = frechet_coverage(args)
+    res["sets"] = old.get("sets") if args.only == "means" else set_coverage(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -43,13 +43,48 @@ def test_weighted_moments_equal_the_resampled_copies(use_grams):
     assert n == ref.n
 
 
-def test_kernel_blocks_equal_mmd_on_the_resampled_copies():
+def _kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a @ b.T / a.shape[1] + 1.0) ** 3
+
+
+def _distinct_cluster_mmd(x, cx, y, cy) -> float:
+    """Brute force: mean kernel over row pairs whose clusters differ, within and across the sets."""
+    def mean(a, ca, b, cb):
+        k, keep = _kernel(a, b), ca[:, None] != cb[None, :]
+        return k[keep].mean()
+    return mean(x, cx, x, cx) + mean(y, cy, y, cy) - 2 * mean(x, cx, y, cy)
+
+
+def test_kernel_blocks_are_the_distinct_episode_u_statistic_on_the_resampled_copies():
     rng = np.random.default_rng(1)
     a, b = _side(rng, 6, 4, 3), _side(rng, 6, 3, 3, shift=0.4)
     kb = KernelBlocks.of(a, b, 6)
-    assert kb.at(np.ones(6)) == pytest.approx(mmd2_unbiased(a.x, b.x), rel=1e-10)
+    assert kb.at(np.ones(6)) == pytest.approx(_distinct_cluster_mmd(a.x, a.episode, b.x, b.episode), rel=1e-10)
+    # The old estimator (every row pair but the diagonal) differs: it paired rows of one episode.
+    assert abs(kb.at(np.ones(6)) - mmd2_unbiased(a.x, b.x)) > 1e-3
+    assert kb.published() == pytest.approx(mmd2_unbiased(a.x, b.x), rel=1e-10)
     c = np.array([2, 0, 1, 0, 3, 0])
-    assert kb.at(c.astype(float)) == pytest.approx(mmd2_unbiased(_copies(a, c), _copies(b, c)), rel=1e-10)
+    idx_a = np.concatenate([np.flatnonzero(a.episode == e) for e in range(6) for _ in range(c[e])])
+    idx_b = np.concatenate([np.flatnonzero(b.episode == e) for e in range(6) for _ in range(c[e])])
+    # Copies of one episode keep its id: they are never paired with each other.
+    want = _distinct_cluster_mmd(a.x[idx_a], a.episode[idx_a], b.x[idx_b], b.episode[idx_b])
+    assert kb.at(c.astype(float)) == pytest.approx(want, rel=1e-10)
+    # Vectorised over replicates: one row per replicate.
+    both = kb.at(np.stack([np.ones(6), c.astype(float)]))
+    np.testing.assert_allclose(both, [kb.at(np.ones(6)), want], rtol=1e-10)
+    # One distinct episode left: no pair to average, NaN (not a number made of self-pairs).
+    assert np.isnan(kb.at(np.array([6.0, 0, 0, 0, 0, 0])))
+
+
+def test_kid_of_a_clone_of_the_reference_is_zero():
+    """A clone of the reference (same rows, same episodes) scores exactly 0; the old estimator paired each
+    predicted row with its own realized twin in the cross term and scored below 0."""
+    rng = np.random.default_rng(5)
+    a = _side(rng, 16, 10, 4)
+    a.x += np.repeat(rng.normal(size=(16, 4)), 10, axis=0)      # strong within-episode correlation
+    kb = KernelBlocks.of(a, Side(a.x.copy(), a.episode.copy(), a.stratum.copy()), 16)
+    assert abs(kb.at(np.ones(16))) < 1e-12
+    assert mmd2_unbiased(a.x, a.x) < -1e-3
 
 
 def _toy(rng, n_eps=40, rows=20, d=3):
@@ -130,3 +165,28 @@ def test_sample_space_replicates_match_direct_recomputation_when_rows_are_fewer_
             direct = FrechetReference(a.mu, a.sigma, rank_deficient=True).distance(g.mu, g.sigma)
             # Singular covariances: both methods carry sqrt(eps)-size error in the trace term (test_frechet).
             assert rep.values[b, 0] == pytest.approx(direct, rel=1e-7), (rep.condition, b)
+
+
+def test_kid_leaves_out_the_episode_a_control_borrows():
+    """A control built from other episodes (the shuffled futures: episode e starts from episode e-1's state) is
+    dependent on that episode: pairing them in the cross term pulls KID below 0. With the declared link the
+    pair is left out and KID averages 0 over data sets (the control has the reference's distribution)."""
+    rng = np.random.default_rng(7)
+    perm = np.roll(np.arange(16), 1)                       # episode e starts from episode e-1's state
+    linked, unlinked = [], []
+    for _ in range(40):
+        a = _side(rng, 16, 10, 4)
+        state = rng.normal(size=(16, 4))
+        a.x += np.repeat(state, 10, axis=0)                # the reference: its own state + noise
+        b = _side(rng, 16, 10, 4)
+        b.x += np.repeat(state[perm], 10, axis=0)          # the control: the borrowed state + fresh noise
+        unlinked.append(KernelBlocks.of(a, b, 16).at(np.ones(16)))
+        kb = KernelBlocks.of(a, b, 16, link=perm)
+        linked.append(kb.at(np.ones(16)))
+    se = np.std(linked) / np.sqrt(len(linked))
+    assert abs(np.mean(linked)) < 3 * se
+    assert np.mean(unlinked) < np.mean(linked) - 5 * se
+    c = rng.multinomial(16, np.full(16, 1 / 16)).astype(float)
+    assert np.isfinite(kb.at(c))
+    with pytest.raises(WmevalError, match="link"):
+        KernelBlocks.of(a, b, 16, link=perm[:3])

@@ -22,7 +22,7 @@ PKG = SRC / "wmeval"
 #: One subpackage per stage; the rest of src/wmeval are shared layers (and the CLI apps on top).
 STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
 SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering")
-APPS = ("cli", "sweep")
+APPS = ("cli", "sweep", "stats")
 
 
 def module_file(name: str) -> Path | None:

@@ -1,5 +1,7 @@
 """The public metric functions: exact tiny cases, properties, and parity with the field's packages."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,166 @@ def test_frechet_cholesky_and_eigh_paths_agree_and_rank_deficient_is_finite():
     # Zero eigenvalues carry rounding of ~1e-16 whose square roots add ~1e-8 each: relative to the trace.
     assert abs(ref.distance(small.mu, small.sigma)) < 1e-6 * np.trace(small.sigma)
     assert np.isfinite(ref.distance(b.mu, b.sigma))
+
+
+# ---- Paired metrics: image batches, torch tensors, shape errors -----------------------------------------------
+
+# Every public paired metric as f(pred, target, valid); expected_pairwise_mse with one sample (K = 1)
+# in its sample axis, just before the image axes: (N, 1, H, W, C) for images, (N, T, 1, H, W, C) for sequences.
+_PAIRED = {
+    "mse": lambda p, g, v: M.mse(p, g, v),
+    "psnr": lambda p, g, v: M.psnr(p, g, valid=v),
+    "psnr_from_mse": lambda p, g, v: M.psnr_from_mse(M.mse(p, g, v)),
+    "ssim": lambda p, g, v: M.ssim(p, g),
+    "expected_pairwise_mse": lambda p, g, v: M.expected_pairwise_mse(p[..., None, :, :, :], g[..., None, :, :, :], 3),
+}
+
+
+def _assert_image_equals_sequence(img, seq, n):
+    """Images give (N,) where length-1 sequences give (N,) per sequence or (N, 1) per frame; dicts are equal."""
+    if isinstance(seq, dict):
+        assert img == seq
+    else:
+        seq = np.asarray(seq)
+        assert isinstance(img, np.ndarray) and img.shape == (n,)
+        np.testing.assert_array_equal(img, seq if seq.shape == (n,) else seq[:, 0])
+
+
+@pytest.mark.parametrize("name", ["mse", "psnr", "psnr_from_mse", "ssim", "expected_pairwise_mse"])
+def test_paired_image_batch_equals_length_one_sequences(name):
+    # (N, H, W, C) scores exactly as (N, 1, H, W, C), with the length-1 T axis left out of the result.
+    rng = np.random.default_rng(8)
+    g = _frames(rng, (5, 12, 13, 3))
+    p = np.clip(g + rng.normal(scale=0.1, size=g.shape), 0, 1)
+    p[1] = g[1]                                                      # an exact match (capped PSNR)
+    f = _PAIRED[name]
+    valid = np.array([True, True, False, True, True])
+    for v_img, v_seq in ((None, None), (valid, valid[:, None])):
+        _assert_image_equals_sequence(f(p, g, v_img), f(p[:, None], g[:, None], v_seq), 5)
+    # The per-image mse and its valid mask: a masked image has no value.
+    if name == "mse":
+        np.testing.assert_array_equal(M.mse(p, g), np.mean((p - g) ** 2, axis=(1, 2, 3)))
+        assert np.isnan(M.mse(p, g, valid)[2])
+    if name == "psnr":
+        per_image = np.mean((p[[0, 1, 3, 4]] - g[[0, 1, 3, 4]]) ** 2, axis=(1, 2, 3))
+        r = M.psnr(p, g, valid=valid)
+        with np.errstate(divide="ignore"):
+            assert r["frame_mean"] == pytest.approx(np.mean(np.minimum(10 * np.log10(1 / per_image), 100.0)))
+        assert r["pooled"] == pytest.approx(10 * np.log10(1 / per_image.mean()))
+
+
+def _assert_same_result(a, b):
+    if isinstance(b, dict):
+        assert a == b
+    else:
+        assert isinstance(a, (np.ndarray, np.floating)) and np.shape(a) == np.shape(b)
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["mse", "psnr", "psnr_from_mse", "ssim", "expected_pairwise_mse"])
+@pytest.mark.parametrize("shape", [(3, 4, 12, 12, 3), (3, 12, 12, 1)], ids=["sequences", "images"])
+def test_paired_torch_tensors_equal_numpy(name, shape):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    g = _frames(rng, shape)
+    p = np.clip(g + rng.normal(scale=0.1, size=g.shape), 0, 1)
+    valid = rng.random(shape[:2] if len(shape) == 5 else shape[:1]) < 0.7
+    valid[0] = True
+    f = _PAIRED[name]
+    ref = f(p, g, valid)
+    for dtype in (torch.float64, torch.float32):
+        # A model's output: requires grad (the functions detach it).
+        pt = torch.from_numpy(p).to(dtype).requires_grad_()
+        gt = torch.from_numpy(g).to(dtype)
+        want = ref if dtype == torch.float64 else f(p.astype(np.float32), g.astype(np.float32), valid)
+        _assert_same_result(f(pt, gt, torch.from_numpy(valid)), want)
+    # Integer frames (e.g. uint8 on [0, 255]) take the numpy path's conversion too.
+    q, h = (p * 255).astype(np.uint8), (g * 255).astype(np.uint8)
+    _assert_same_result(f(torch.from_numpy(q), torch.from_numpy(h), valid), f(q, h, valid))
+
+
+@pytest.mark.parametrize("name", ["mse", "psnr", "psnr_from_mse", "ssim", "expected_pairwise_mse"])
+def test_paired_bfloat16_tensors_go_through_float32(name):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(10)
+    g = torch.from_numpy(_frames(rng, (2, 3, 12, 12, 3))).to(torch.bfloat16)
+    p = (g.float() + 0.05 * torch.from_numpy(rng.normal(size=g.shape)).float()).clamp(0, 1).to(torch.bfloat16)
+    f = _PAIRED[name]
+    got = f(p.requires_grad_(), g, None)
+    _assert_same_result(got, f(p.detach().float().numpy(), g.float().numpy(), None))
+    # and an image batch of bfloat16 equals its length-1 sequences
+    _assert_image_equals_sequence(f(p[:, 0], g[:, 0], None), f(p[:, :1], g[:, :1], None), 2)
+    if name == "psnr_from_mse":
+        m = torch.tensor([0.01, 0.0], dtype=torch.bfloat16)
+        np.testing.assert_array_equal(M.psnr_from_mse(m), M.psnr_from_mse(m.float().numpy()))
+
+
+def test_lpips_distance_images_torch_and_bfloat16():
+    torch = pytest.importorskip("torch")
+
+    class SquaredError(torch.nn.Module):
+        """A stand-in for ``lpips.LPIPS`` (same call), so that no weights are needed."""
+
+        def forward(self, a, b, normalize=False):
+            return ((a - b) ** 2).mean(dim=(1, 2, 3), keepdim=True)
+
+    model = SquaredError()
+    rng = np.random.default_rng(11)
+    g = _frames(rng, (5, 16, 16, 3)).astype(np.float32)
+    p = np.clip(g + rng.normal(scale=0.1, size=g.shape), 0, 1).astype(np.float32)
+    img = M.lpips_distance(p, g, model, batch_size=2)
+    assert img.shape == (5,)
+    np.testing.assert_array_equal(img, M.lpips_distance(p[:, None], g[:, None], model, batch_size=2)[:, 0])
+    np.testing.assert_allclose(img, np.mean((p - g) ** 2, axis=(1, 2, 3)), rtol=1e-5)
+    seq = M.lpips_distance(p.reshape(1, 5, 16, 16, 3), g.reshape(1, 5, 16, 16, 3), model)
+    assert seq.shape == (1, 5)
+    pt = torch.from_numpy(p).requires_grad_()
+    np.testing.assert_array_equal(M.lpips_distance(pt, torch.from_numpy(g), model, batch_size=2), img)
+    pb, gb = torch.from_numpy(p).to(torch.bfloat16), torch.from_numpy(g).to(torch.bfloat16)
+    np.testing.assert_array_equal(M.lpips_distance(pb, gb, model),
+                                  M.lpips_distance(pb.float().numpy(), gb.float().numpy(), model))
+    with pytest.raises(ValueError, match=re.escape("lpips_distance: pred and target have shape (5, 16, 16, 4)")
+                       + ".*C = 1 or 3"):
+        M.lpips_distance(np.zeros((5, 16, 16, 4)), np.zeros((5, 16, 16, 4)), model)
+    with pytest.raises(ValueError, match=re.escape("lpips_distance: target has shape (16, 16)")):
+        M.lpips_distance(np.zeros((16, 16, 3)), np.zeros((16, 16)), model)
+
+
+_ACCEPT_PSNR = "(N, T, H_img, W, C) sequences or (N, H_img, W, C) images"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: M.psnr(np.zeros((3, 8, 8)), np.zeros((3, 8, 8))),
+     f"psnr: pred has shape (3, 8, 8); accepted: equal shapes {_ACCEPT_PSNR}"),
+    (lambda: M.psnr(np.zeros((1, 2, 3, 8, 8, 1)), np.zeros((1, 2, 3, 8, 8, 1))),
+     "psnr: pred has shape (1, 2, 3, 8, 8, 1); accepted: equal shapes (N, T, H_img, W, C)"),
+    (lambda: M.psnr(np.zeros((2, 3, 8, 8, 1)), np.zeros((2, 3, 8, 8, 3))),
+     "psnr: pred has shape (2, 3, 8, 8, 1) but target has shape (2, 3, 8, 8, 3); they must be equal"),
+    (lambda: M.psnr(np.zeros((4, 8, 8, 1)), np.ones((4, 8, 8, 1)), valid=np.ones((4, 1), bool)),
+     "psnr: valid has shape (4, 1); accepted: (4,), one flag per image"),
+    (lambda: M.psnr(np.zeros((4, 2, 8, 8, 1)), np.ones((4, 2, 8, 8, 1)), valid=np.ones((2, 4), bool)),
+     "psnr: valid has shape (2, 4); accepted: (4, 2)"),
+    (lambda: M.mse(np.zeros((8, 8)), np.zeros((8, 8))),
+     "mse: pred has shape (8, 8); accepted: equal shapes (N, T, H_img, W, C)"),
+    (lambda: M.mse(np.zeros((2, 3, 8, 8, 1)), np.zeros((2, 2, 8, 8, 1))),
+     "mse: pred has shape (2, 3, 8, 8, 1) but target has shape (2, 2, 8, 8, 1)"),
+    (lambda: M.mse(np.zeros((2, 3, 8, 8, 1)), np.zeros((2, 3, 8, 8, 1)), np.ones((2, 2), bool)),
+     "mse: valid has shape (2, 2); accepted: (2, 3)"),
+    (lambda: M.mse(np.zeros((4, 8, 8, 1)), np.zeros((4, 8, 8, 1)), np.ones((4, 1), bool)),
+     "mse: valid has shape (4, 1); accepted: (4,), one flag per image"),
+    (lambda: M.ssim(np.zeros((12, 12, 3)), np.zeros((12, 12))),
+     "ssim: target has shape (12, 12); accepted: equal shapes (..., H_img, W, C)"),
+    (lambda: M.ssim(np.zeros((2, 12, 12, 3)), np.zeros((2, 12, 12, 1))),
+     "ssim: pred has shape (2, 12, 12, 3) but target has shape (2, 12, 12, 1)"),
+    (lambda: M.ssim(np.zeros((2, 10, 12, 1)), np.zeros((2, 10, 12, 1))),
+     "ssim: pred and target have shape (2, 10, 12, 1): images (10, 12) are smaller than the 11-pixel window"),
+    (lambda: M.expected_pairwise_mse(np.zeros((4,)), np.zeros((4,)), 3),
+     "expected_pairwise_mse: pred has shape (4,); accepted: pred (..., K, *event)"),
+    (lambda: M.expected_pairwise_mse(np.zeros((2, 3, 4)), np.zeros((3, 1, 4)), 1),
+     "expected_pairwise_mse: pred has shape (2, 3, 4) but target has shape (3, 1, 4)"),
+], ids=["psnr-3d", "psnr-6d", "psnr-mismatch", "psnr-valid-images", "psnr-valid-sequences", "mse-2d",
+        "mse-mismatch", "mse-valid-sequences", "mse-valid-images", "ssim-2d", "ssim-mismatch", "ssim-window",
+        "epm-rank", "epm-mismatch"])
+def test_paired_shape_errors_name_argument_shape_and_accepted(call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()

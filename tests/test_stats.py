@@ -81,11 +81,11 @@ def test_ratio_replicates_weight_missing_clusters_out():
 
 
 def test_strata_keep_each_strata_cluster_count():
-    from wmeval.estimators.resample import _cluster_counts
+    from wmeval.estimators.resample import cluster_counts
 
     clusters = np.arange(10)
     strata = np.array(["a"] * 3 + ["b"] * 7)
-    counts = _cluster_counts(clusters, strata, 10, 500, np.random.default_rng(0))
+    counts = cluster_counts(clusters, strata, 10, 500, np.random.default_rng(0))
     assert np.all(counts[:, :3].sum(axis=1) == 3) and np.all(counts[:, 3:].sum(axis=1) == 7)
     with pytest.raises(ValueError, match="nested in strata"):
         cluster_bootstrap(np.zeros(4), np.array([0, 0, 1, 1]), strata=np.array(["a", "b", "b", "b"]))

@@ -43,7 +43,7 @@ METRICS_FILE = "reports/metrics.json"
 N_KEY, K_KEY, ENC_KEY = "protocol.n_episodes", "protocol.num_samples", "encoder.name"
 #: Params that are always columns of the tidy table (when present), varying or not.
 SWEEP_KEYS = (ENC_KEY, K_KEY, N_KEY)
-VALUE_COLUMNS = ("point", "low", "high", "diff_to_baseline", "diff_low", "diff_high", "p_better")
+VALUE_COLUMNS = ("point", "low", "high", "diff_to_baseline", "diff_low", "diff_high", "p_better", "p_tie")
 #: Metrics computed on encoder features: the ones whose model ranking can depend on the encoder.
 FEATURE_METRICS = tuple(m for m, info in REGISTRY.items() if info.uses_encoder)
 

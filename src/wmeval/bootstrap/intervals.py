@@ -16,12 +16,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
 from wmeval.core.config import Params
 from wmeval.core.errors import WmevalError
 from wmeval.core.rng import make_rng
-from wmeval.estimators.distributional import Settings, replicates, view_sets
+from wmeval.estimators.distributional import (
+    Settings,
+    fd_infinity_replicates,
+    replicates,
+    view_sets,
+)
 from wmeval.estimators.resample import (
     percentile_interval,
     ratio_replicates,
@@ -59,55 +65,77 @@ def _interval(reps: np.ndarray, level: float) -> tuple[float, float]:
             else float(np.quantile(ok, 1 - alpha)))
 
 
+def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst."""
+    bad = np.where(np.isnan(badness), np.inf, np.asarray(badness, dtype=np.float64))
+    return rankdata(bad, method="min", axis=axis).astype(np.float64)
+
+
+def _paired(info, point: np.ndarray, reps: np.ndarray, b: int, level: float) -> tuple[np.ndarray, ...]:
+    """Paired difference to source ``b`` (point and percentile interval of the difference replicates),
+    P(better) and P(tie): the shares of replicates in which a source is strictly better than ``b``,
+    and exactly as good (identical models tie in every replicate)."""
+    S = len(point)
+    diff, p_better, p_tie = np.full((3, S), np.nan), np.full(S, np.nan), np.full(S, np.nan)
+    with np.errstate(invalid="ignore"):
+        d_reps = reps - reps[:, [b]]
+        bad, bad_b = info.badness(reps), info.badness(reps[:, [b]])
+        better, tie = bad < bad_b, bad == bad_b
+    for j in range(S):
+        ok = np.isfinite(d_reps[:, j])
+        if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):
+            diff[0, j] = point[j] - point[b]
+            diff[1, j], diff[2, j] = percentile_interval(d_reps[ok, j], level)
+            p_better[j], p_tie[j] = float(better[ok, j].mean()), float(tie[ok, j].mean())
+    return diff, p_better, p_tie
+
+
 def summarize(key: dict, sources: list[str], point: np.ndarray, reps: np.ndarray, n_clusters: np.ndarray, boot,
               base: str | None, interval: str = "percentile", n_resamples: int | None = None) -> list[dict]:
     """Rows of one group: point, interval, paired difference to the baseline, P(better), rank interval.
 
     ``reps`` ``(B, S)`` are the replicates of every source on the same resampled episodes.
-    ``interval="basic"`` reflects the replicates around the point (``2 point - q``), the interval of
-    a bias-corrected estimate.
+    ``interval="basic"`` reflects the replicates around the point (``2 point - reps``) before
+    everything else, so that the level, the paired difference, P(better) and the ranks all use the
+    basic interval: the interval of a bias-corrected estimate. Ranks are taken per replicate with
+    ties sharing the minimum rank. A source with fewer than 2 clusters has no interval (NaN).
     """
     info = REGISTRY[key["metric"]]
     level = boot.confidence_level
+    point = np.asarray(point, dtype=np.float64)
+    if interval == "basic":
+        with np.errstate(invalid="ignore"):
+            reps = 2.0 * point[None, :] - reps
+    one = np.asarray(n_clusters) < 2
+    reps = np.where(one[None, :], np.nan, reps)
     undefined = np.isnan(reps).mean(axis=0)
     lo, hi = np.full(len(sources), np.nan), np.full(len(sources), np.nan)
     for j in range(len(sources)):
         if undefined[j] < 1.0 and not np.isnan(point[j]):
             lo[j], hi[j] = _interval(reps[:, j], level)
-            if interval == "basic":
-                lo[j], hi[j] = 2 * point[j] - hi[j], 2 * point[j] - lo[j]
-    diff = np.full((3, len(sources)), np.nan)
-    p_better = np.full(len(sources), np.nan)
+    diff, p_better, p_tie = np.full((3, len(sources)), np.nan), np.full(len(sources), np.nan), \
+        np.full(len(sources), np.nan)
     if base in sources and info.ranked:
-        b = sources.index(base)
-        with np.errstate(invalid="ignore"):
-            d_reps = reps - reps[:, [b]]
-            better = info.badness(reps) < info.badness(reps[:, [b]])
-        for j in range(len(sources)):
-            ok = np.isfinite(d_reps[:, j])
-            if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):
-                diff[0, j] = point[j] - point[b]
-                diff[1, j], diff[2, j] = percentile_interval(d_reps[ok, j], level)
-                p_better[j] = float(better[ok, j].mean())
-    # Rank among the models (ground truth excluded) in every replicate: 1 is best.
+        diff, p_better, p_tie = _paired(info, point, reps, sources.index(base), level)
+    # Rank among the models (ground truth excluded) in every replicate: 1 is best, ties share the minimum.
     rank = np.full((3, len(sources)), np.nan)
     models = [j for j, s in enumerate(sources) if s != "ground_truth"]
     if info.ranked and len(models) > 1:
-        bad = np.asarray(info.badness(reps[:, models]), dtype=np.float64)
-        bad = np.where(np.isnan(bad), np.inf, bad)
-        r = bad.argsort(axis=1).argsort(axis=1) + 1.0
-        pb = np.asarray(info.badness(point[models]), dtype=np.float64)
-        pr = np.where(np.isnan(pb), np.inf, pb).argsort().argsort() + 1.0
+        r = min_rank(np.asarray(info.badness(reps[:, models]), dtype=np.float64), axis=1)
+        pr = min_rank(np.asarray(info.badness(point[models]), dtype=np.float64))
         for i, j in enumerate(models):
             rank[0, j] = pr[i]
-            rank[1, j], rank[2, j] = np.quantile(r[:, i], [(1 - level) / 2, 1 - (1 - level) / 2], method="nearest")
+            if not one[j]:
+                rank[1, j], rank[2, j] = np.quantile(r[:, i], [(1 - level) / 2, 1 - (1 - level) / 2],
+                                                     method="nearest")
     rows = []
     for i, src in enumerate(sources):
         rows.append({**key, "source": src, "point": float(point[i]), "low": float(lo[i]),
                      "high": float(hi[i]), "baseline": base, "diff_point": float(diff[0, i]),
                      "diff_low": float(diff[1, i]), "diff_high": float(diff[2, i]),
-                     "p_better": float(p_better[i]), "rank": float(rank[0, i]), "rank_low": float(rank[1, i]),
-                     "rank_high": float(rank[2, i]), "n_clusters": int(n_clusters[i]),
+                     "p_better": float(p_better[i]), "p_tie": float(p_tie[i]), "rank": float(rank[0, i]),
+                     "rank_low": float(rank[1, i]), "rank_high": float(rank[2, i]),
+                     "n_clusters": int(n_clusters[i]),
                      "n_resamples": int(n_resamples or boot.n_resamples), "confidence_level": level,
                      "method": interval if interval != "percentile" else boot.method,
                      "resampling_unit": f"{key['unit']} episode",
@@ -147,9 +175,12 @@ def intervals(df: pd.DataFrame, by: list[str], counts_for, boot, baselines: dict
             reps[(c @ inf.T.astype(np.int64)) > 0] = np.inf
             point[inf.any(axis=1)] = np.inf
         sources = list(num.index)
+        # Clusters that carry weight: an episode whose ratio denominator is 0 (e.g. precision with no
+        # predicted event) adds nothing to any replicate, so it is not counted.
+        n_clusters = (present & (d != 0)).sum(axis=1)
         if keep is not None:
-            keep[tuple(key.values())] = (sources, point, reps, present.sum(axis=1))
-        rows += summarize(key, sources, point, reps, present.sum(axis=1), boot, (baselines or {}).get(key["world"]))
+            keep[tuple(key.values())] = (sources, point, reps, n_clusters)
+        rows += summarize(key, sources, point, reps, n_clusters, boot, (baselines or {}).get(key["world"]))
     return pd.DataFrame(rows)
 
 
@@ -168,52 +199,72 @@ def psnr_gap_rows(kept: dict, by: list[str], boot, baselines: dict) -> list[dict
     return rows
 
 
+#: Plug-in metrics whose bootstrap bias-corrected form is reported beside them (basic interval).
+BIAS_CORRECTED = {"fd": "fd_bias_corrected", "fd_stratified": "fd_stratified_bias_corrected"}
+
+
+def _world_sets(params: Params, world: str, wp: dict, rollouts: Path, features: Path) -> dict:
+    sc = params.scoring
+    fe_dir = features / params.encoder.name / world
+    truth = read_table(rollouts / world / "ground_truth.parquet")
+    truth_emb = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
+    embs = {m: read_table(fe_dir / f"{m}.parquet", columns=[*KEYS, "embedding"]) for m in wp["models"]}
+    clip = read_metadata(fe_dir / "ground_truth.parquet")["clip"] is not None
+    linked = {m: read_metadata(rollouts / world / f"{m}.parquet").get("borrowed_episodes") for m in wp["models"]}
+    sets, _ = view_sets(truth, truth_emb, embs, sc.views, clip, wp["n_episodes"], wp["horizon"], sc.strata,
+                        list(map(float, sc.action_bins)), str(fe_dir), linked)
+    return sets
+
+
+def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str | None, B: int) -> list[dict]:
+    """Interval rows of one world's distributional replicates: each metric, and for the plug-in FDs their
+    bias-corrected form ``2 FD - mean(FD*)`` with the basic interval (what the headline and ranks use)."""
+    rows = []
+    for r in reps:
+        sel = wpts[(wpts.metric == r.metric) & (wpts.condition == r.condition)].set_index("source")
+        point = sel.value.reindex(r.sources).to_numpy(dtype=np.float64)
+        key = {"world": world, "metric": r.metric, "regime": "open_loop", "condition": r.condition,
+               "unit": "observation"}
+        n = r.n_clusters
+        # FD-infinity is refitted in each replicate (on effective episode counts, so copies of an episode are
+        # not new ones); the basic interval reflects any shift left around the point.
+        rows += summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B,
+                          interval="basic" if r.metric == "fd_infinity" else "percentile")
+        if r.metric in BIAS_CORRECTED and (r.metric == "fd_stratified" or r.condition.endswith(":pooled")):
+            # Bootstrap bias correction: 2 FD - mean(FD*), with the basic interval [2 FD - q_hi, 2 FD - q_lo]
+            # of the plug-in replicates: the replicates shifted by -2 bias, reflected around the corrected
+            # point by summarize(interval="basic"), give exactly that (and its paired differences and ranks).
+            bias = np.nanmean(r.values, axis=0) - point
+            rows += summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
+                              r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
+    return rows
+
+
 def distributional_rows(params: Params, stats: Path, rollouts: Path, features: Path, protocol: dict, counts_for,
                         baselines: dict) -> pd.DataFrame:
-    """FD (pooled, strata, stratified), KID, FD-infinity and bias-corrected FD intervals per world."""
-    boot, sc = params.bootstrap, params.scoring
+    """FD (pooled, strata, stratified) and their bias-corrected forms, KID and FD-infinity intervals per world."""
+    boot = params.bootstrap
     pts = pd.read_parquet(stats / "distributional.parquet")
     if pts.empty:
         return pd.DataFrame()
-    settings = Settings.from_scoring(sc)
+    settings = Settings.from_scoring(params.scoring)
     B = boot.n_resamples_distributional
+    B_inf = min(boot.n_resamples_fd_infinity, B)      # the first B_inf of the same resamplings
     rows = []
     for world, wp in protocol["worlds"].items():
         wpts = pts[pts.world == world]
         if wpts.empty:
             continue
-        fe_dir = features / params.encoder.name / world
-        truth = read_table(rollouts / world / "ground_truth.parquet")
-        truth_emb = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
-        embs = {m: read_table(fe_dir / f"{m}.parquet", columns=[*KEYS, "embedding"]) for m in wp["models"]}
-        clip = read_metadata(fe_dir / "ground_truth.parquet")["clip"] is not None
-        sets, _ = view_sets(truth, truth_emb, embs, sc.views, clip, wp["n_episodes"], wp["horizon"], sc.strata,
-                            list(map(float, sc.action_bins)), str(fe_dir))
+        sets = _world_sets(params, world, wp, rollouts, features)
         counts = counts_for(world, "observation", B)
-        with tqdm(total=B * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False, mininterval=5) as bar:
+        with tqdm(total=(B + B_inf) * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False,
+                  mininterval=5) as bar:
             reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar)
-        base = baselines.get(world)
-        for r in reps:
-            sel = wpts[(wpts.metric == r.metric) & (wpts.condition == r.condition)].set_index("source")
-            point = sel.value.reindex(r.sources).to_numpy(dtype=np.float64)
-            key = {"world": world, "metric": r.metric, "regime": "open_loop", "condition": r.condition,
-                   "unit": "observation"}
-            n = np.full(len(r.sources), wp["n_episodes"])
-            rows += summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B)
-            if r.metric == "fd" and r.condition.endswith(":pooled"):
-                # Bootstrap bias correction: 2 FD - mean(FD*). Its interval is the basic interval of the
-                # plug-in replicates, [2 FD - q_hi, 2 FD - q_lo]: replicates shifted by -2 bias and reflected
-                # around the corrected point give exactly that.
-                bias = np.nanmean(r.values, axis=0) - point
-                rows += summarize({**key, "metric": "fd_bias_corrected"}, r.sources, point - bias,
-                                  r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
-                fi = wpts[(wpts.metric == "fd_infinity") & (wpts.condition == r.condition)].set_index("source")
-                if len(fi):
-                    fpoint = fi.value.reindex(r.sources).to_numpy(dtype=np.float64)
-                    # The plug-in replicates' spread, centred on FD-infinity (percentile interval).
-                    rows += summarize({**key, "metric": "fd_infinity"}, r.sources, fpoint,
-                                      fpoint + (r.values - np.nanmean(r.values, axis=0)), n, boot, base,
-                                      n_resamples=B)
+            inf_reps = (fd_infinity_replicates(sets, counts[:B_inf], settings, n_jobs=boot.n_jobs or None,
+                                               progress=bar)
+                        if (wpts.metric == "fd_infinity").any() else [])
+        rows += replicate_rows(world, reps, wpts, boot, baselines.get(world), B)
+        rows += replicate_rows(world, inf_reps, wpts, boot, baselines.get(world), B_inf)
     return pd.DataFrame(rows)
 
 
@@ -253,18 +304,24 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
         d[f"{r.regime}/{r.condition}"] = {"point": r.point, "low": r.low, "high": r.high}
         if r.baseline is not None and r.source != r.baseline and np.isfinite(r.diff_point):
             d[f"{r.regime}/{r.condition}"].update(diff_to_baseline=r.diff_point, diff_low=r.diff_low,
-                                                  diff_high=r.diff_high, p_better=r.p_better)
+                                                  diff_high=r.diff_high, p_better=r.p_better, p_tie=r.p_tie)
     protocol["bootstrap"] = {"n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
                              "method": boot.method, "seed": boot.seed, "resampling_unit": "episode",
                              "paired": True, "n_resamples_distributional": boot.n_resamples_distributional,
-                             "distributional": "FD and KID replicates recompute moments (kernel sums) from the "
-                                               "resampled episodes' rows weighted by multiplicity; the FD interval "
-                                               "is for the plug-in estimator (biased at finite N); "
-                                               "fd_bias_corrected (2 FD - mean FD*) carries the basic interval; "
-                                               "fd_infinity the plug-in replicates' spread centred on it",
+                             "n_resamples_fd_infinity": min(boot.n_resamples_fd_infinity, boot.n_resamples_distributional),
+                             "distributional": "FD replicates recompute moments from the resampled episodes' rows "
+                                               "weighted by multiplicity; the plug-in FD interval is for a biased "
+                                               "estimator (it falls with N); fd_bias_corrected and "
+                                               "fd_stratified_bias_corrected (2 FD - mean FD*) carry the basic "
+                                               "interval and are what headlines and ranks use; KID is the "
+                                               "U-statistic over row pairs from distinct episodes, its replicates "
+                                               "never pair an episode with itself or its copies; fd_infinity is "
+                                               "refitted in each of its own replicates (basic interval)",
                              "strata": "strata are crossed with episodes (every episode runs every plan), so "
                                        "resampling episodes resamples within every stratum at once",
-                             "rank": "rank among models per replicate (1 = best), percentile interval"}
+                             "rank": "rank among models in each replicate (1 = best, ties share the minimum "
+                                     "rank), percentile interval over replicates; P(tie) is reported beside "
+                                     "P(better)"}
     with atomic_dir(out) as tmp:
         write_table(pa.Table.from_pandas(iv, preserve_index=False), tmp / "intervals.parquet")
         write_table(pa.Table.from_pandas(cv, preserve_index=False), tmp / "curves.parquet")

@@ -107,6 +107,9 @@ class BootstrapConfig:
         n_resamples: B for every metric that is a ratio of per-episode sums.
         n_resamples_distributional: B for FD and KID, whose replicates recompute moments and a
             matrix square root (the cost floor, see benchmarks/fd_replicates.py).
+        n_resamples_fd_infinity: B for FD-infinity, whose replicates each refit the extrapolation over
+            episode subsets: the first of the distributional replicates' resamplings, so at most
+            ``n_resamples_distributional`` are used (the smaller of the two; the cards give B).
         n_jobs: threads for the distributional replicates (0: all cores); results do not depend on it.
     """
 
@@ -116,6 +119,7 @@ class BootstrapConfig:
     method: Literal["percentile"]
     seed: int
     n_resamples_distributional: int = 500
+    n_resamples_fd_infinity: int = 200
     n_jobs: int = 0
 
 
@@ -293,6 +297,9 @@ def _check_protocol(protocol: ProtocolConfig, source: str) -> None:
     for key in ("n_episodes", "horizon", "num_samples", "num_futures"):
         if getattr(protocol, key) < 1:
             raise ConfigError(f"{source}: protocol.{key} = {getattr(protocol, key)}; must be >= 1")
+    if protocol.n_episodes < 2:
+        raise ConfigError(f"{source}: protocol.n_episodes = {protocol.n_episodes}; episodes are the bootstrap's "
+                          "clusters and an interval needs at least 2 (one gives a zero-width interval)")
     if protocol.n_random_plans < 0 or protocol.seed < 0:
         raise ConfigError(f"{source}: protocol.n_random_plans and protocol.seed must be >= 0")
 
@@ -318,6 +325,9 @@ def _check_bootstrap(boot: BootstrapConfig, source: str) -> None:
     if boot.n_resamples_distributional < 100 or boot.n_jobs < 0:
         raise ConfigError(f"{source}: bootstrap.n_resamples_distributional = {boot.n_resamples_distributional} "
                           f"(use at least 100) and bootstrap.n_jobs = {boot.n_jobs} (>= 0)")
+    if boot.n_resamples_fd_infinity < 100:
+        raise ConfigError(f"{source}: bootstrap.n_resamples_fd_infinity = {boot.n_resamples_fd_infinity}; "
+                          "use at least 100")
 
 
 #: The sections of params.yaml.
@@ -380,6 +390,10 @@ def _check_dynamics(dyn: "DynamicsConfig", where: str) -> None:
                 "control_episodes", "control_steps", "probe_horizon"):
         if getattr(dyn, key) < 1:
             raise ConfigError(f"{where}: {key} = {getattr(dyn, key)}; must be >= 1")
+    for key in ("n_episodes", "control_episodes"):
+        if getattr(dyn, key) < 2:
+            raise ConfigError(f"{where}: {key} = {getattr(dyn, key)}; episodes are the bootstrap's clusters and "
+                              "an interval needs at least 2 (one gives a zero-width interval)")
     if dyn.counterfactual_horizon > dyn.horizon:
         raise ConfigError(f"{where}: counterfactual_horizon = {dyn.counterfactual_horizon} exceeds "
                           f"dynamics.horizon = {dyn.horizon}")

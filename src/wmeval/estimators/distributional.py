@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,16 +42,20 @@ from threadpoolctl import threadpool_limits
 
 from wmeval.core.config import ScoringConfig
 from wmeval.core.errors import WmevalError
+from wmeval.core.rng import make_rng
+from wmeval.estimators.resample import (
+    BootstrapResult,
+    cluster_counts,
+    percentile_interval,
+)
 from wmeval.metrics import (
     SAMPLE_SPACE_MAX,
     CovarianceFactor,
     FrechetReference,
     RowGrams,
-    fd_infinity,
     frechet_distance_factored,
     gaussian_stats,
     kid,
-    mmd2_unbiased,
     prdc_rows,
 )
 from wmeval.tables import LONG_COLUMNS as COLUMNS
@@ -86,6 +91,9 @@ class ViewSets:
     reference: Side
     sources: dict[str, Side]
     strata: list[str]
+    #: source -> ``(N,)``: for each of its clusters, the other reference cluster its rows depend on (a control
+    #: built from another episode's state shares the actions of its own episode), which KID's cross term leaves out
+    linked: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def dim(self) -> int:
@@ -176,14 +184,27 @@ class _Embeddings:
 
 def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Table], views: Iterable[str],
               clip: bool, n_episodes: int, horizon: int, strata: str, action_bins: list[float],
-              where: str) -> tuple[dict[str, ViewSets], dict[str, str]]:
+              where: str, linked: dict[str, list[int] | None] | None = None
+              ) -> tuple[dict[str, ViewSets], dict[str, str]]:
     """Build each requested view; returns the views and, for views not built, the reason.
 
     ``frame`` rows: every open-loop predicted frame (clip) at steps 1..H against every realized
     one. ``transition`` rows: a frame's embedding joined with the previous frame's of the same
     sequence (the context frame o_0 before step 1). Strata: ``plan`` (the plan's condition
     label) or ``action`` (the declared bin of the action a_{t-1} that led to the frame).
+    ``linked``: per source, the episode each of its episodes borrows its state from (the rollouts
+    table's ``borrowed_episodes`` metadata, a permutation), or ``None``: that source's rows of
+    episode e take the cluster id of the episode they borrow, so that the bootstrap resamples them
+    with it, and ``ViewSets.linked`` names episode e itself for KID's cross term to leave out.
     """
+    borrowed = {s: np.asarray(v, dtype=np.int64) for s, v in (linked or {}).items() if v is not None}
+    for s, b in borrowed.items():
+        if sorted(b.tolist()) != list(range(n_episodes)):
+            raise WmevalError(f"{where}: model {s!r} declares borrowed_episodes {b.tolist()[:8]}...; expected a "
+                              f"permutation of the {n_episodes} episodes")
+    # A source whose episode e is built from episode b[e]'s state is resampled with b[e] (its rows carry that
+    # cluster id); its own episode e, whose actions it shares, is then the linked cluster KID leaves out.
+    links = {s: np.argsort(b) for s, b in borrowed.items()}
     rows = _Embeddings(truth, truth_emb, clip, n_episodes, horizon, strata, action_bins, where)
     out, skipped = {}, {}
     for view in views:
@@ -194,8 +215,10 @@ def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Tab
             continue
         ref = rows.side(truth_emb, "realized", view, "ground_truth")
         strata_names = sorted(set(ref.stratum.tolist()))
-        out[view] = ViewSets(view, ref, {s: rows.side(t, "open_loop", view, s) for s, t in model_embs.items()},
-                             strata_names)
+        sides = {s: rows.side(t, "open_loop", view, s) for s, t in model_embs.items()}
+        for s, b in borrowed.items():
+            sides[s].episode = b[sides[s].episode]
+        out[view] = ViewSets(view, ref, sides, strata_names, links)
     return out, skipped
 
 
@@ -271,32 +294,43 @@ def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weig
     return out
 
 
-def _kid_point(base: dict, view: str, real: np.ndarray, fake: np.ndarray, cfg: Settings) -> dict:
+def n_clusters_of(*sides: Side) -> int:
+    """The size of the cluster index space the sides' episode ids live in (ids are ``0..n-1``)."""
+    return int(max(int(s.episode.max()) for s in sides if len(s.episode))) + 1
+
+
+def _kid_point(base: dict, view: str, ref: Side, side: Side, cfg: Settings, xx: np.ndarray | None = None,
+               link: np.ndarray | None = None) -> dict:
+    """KID: the episode-clustered U-statistic (pairs of rows from distinct episodes, :class:`KernelBlocks`),
+    the estimate the bootstrap resamples; beside it the published subset convention (torch-fidelity),
+    which also pairs rows of one episode, for comparison with published numbers only."""
+    real, fake = ref.x, side.x
     n_r, n_f = len(real), len(fake)
+    n = xx.shape[0] if xx is not None else n_clusters_of(ref, side)
+    kb = KernelBlocks.of(ref, side, n, xx, link)
+    value = kb.at(np.ones(n))
     if cfg.kid_subset_size >= max(n_r, n_f):
-        # Every row fits one subset: the unbiased MMD^2 on all rows (what the bootstrap resamples).
-        k_mean, k_std, m, n_sub = mmd2_unbiased(real, fake), 0.0, max(n_r, n_f), 1
+        k_pub, k_std, m, n_sub = kb.published(), 0.0, max(n_r, n_f), 1
     else:
         m, n_sub = min(cfg.kid_subset_size, n_r, n_f), cfg.kid_subsets
-        k_mean, k_std = kid(real, fake, num_subsets=n_sub, subset_size=m, seed=cfg.seed)
-    return {**base, "metric": "kid", "condition": f"{view}:pooled", "stratum": "pooled", "value": k_mean,
-            "kid_subset_std": k_std, "kid_subset_size": m, "kid_subsets": n_sub, "n_real": n_r, "n_fake": n_f,
-            "weight": 1.0, "below_min_count": False, "rank_deficient": False}
+        k_pub, k_std = kid(real, fake, num_subsets=n_sub, subset_size=m, seed=cfg.seed)
+    return {**base, "metric": "kid", "condition": f"{view}:pooled", "stratum": "pooled", "value": value,
+            "kid_published": k_pub, "kid_subset_std": k_std, "kid_subset_size": m, "kid_subsets": n_sub,
+            "n_real": n_r, "n_fake": n_f, "weight": 1.0, "below_min_count": False, "rank_deficient": False}
 
 
-def _fd_infinity_point(base: dict, view: str, real: np.ndarray, fake: np.ndarray, d: int,
-                       cfg: Settings) -> dict | None:
-    """FD-infinity over the declared grid of generated-set sizes; ``None`` when the grid has one size."""
-    n = len(fake)
-    lo = max(min(n, d + 2), int(np.ceil(cfg.fd_inf_min_fraction * n)))
-    grid = sorted(set(int(v) for v in np.linspace(lo, n, cfg.fd_inf_points)))
+def _fd_infinity_points(base: dict, view: str, vs: ViewSets, n_eps: int, cfg: Settings) -> list[dict]:
+    """FD-infinity of every source (:class:`FDInfinity`, both sides extrapolated over episode subsets);
+    none when the grid of episode counts has one size."""
+    fi = FDInfinity.of(vs, n_eps, cfg)
+    values, slope, grid, fds = fi(np.ones(n_eps))
     if len(grid) < 2:
-        return None
-    fi = fd_infinity(real, fake, grid=grid, draws=cfg.fd_inf_draws, seed=cfg.seed)
-    return {**base, "metric": "fd_infinity", "condition": f"{view}:pooled", "stratum": "pooled",
-            "value": fi["value"], "fd_inf_slope": fi["slope"], "fd_inf_grid": fi["grid"], "fd_inf_fd": fi["fd"],
-            "n_real": len(real), "n_fake": n, "weight": 1.0, "below_min_count": False,
-            "rank_deficient": grid[0] <= d}
+        return []
+    return [{**base, "source": src, "metric": "fd_infinity", "condition": f"{view}:pooled", "stratum": "pooled",
+             "value": float(values[j]), "fd_inf_slope": float(slope[j]), "fd_inf_grid": list(grid),
+             "fd_inf_fd": fds[:, j].tolist(), "n_real": len(vs.reference.x), "n_fake": len(vs.sources[src].x),
+             "weight": 1.0, "below_min_count": False, "rank_deficient": False}
+            for j, src in enumerate(fi.sources)]
 
 
 def _prdc_episode_rows(world: str, src: str, view: str, ref: Side, side: Side, k: int) -> list[pd.DataFrame]:
@@ -325,16 +359,18 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
     for view, vs in sets.items():
         weights = stratum_weights(vs, cfg.strata_weights)
         refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
+        n_cl = n_clusters_of(vs.reference, *vs.sources.values())
+        xx = KernelBlocks.self_blocks(vs.reference, n_cl)
         for src, side in sorted(vs.sources.items()):
             if len(side.x) < 2:
                 raise WmevalError(f"{world}/{src}: fewer than 2 open-loop embeddings in view {view!r}")
             base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": vs.dim}
             points += _fd_points(base, view, vs, side, refs, weights, cfg)
-            points.append(_kid_point(base, view, vs.reference.x, side.x, cfg))
-            fi = _fd_infinity_point(base, view, vs.reference.x, side.x, vs.dim, cfg)
-            points += [fi] if fi is not None else []
+            points.append(_kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src)))
             if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
                 ep_rows += _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k)
+        points += _fd_infinity_points({"world": world, "regime": "open_loop", "view": view, "dim": vs.dim},
+                                      view, vs, n_cl, cfg)
     pts = pd.DataFrame(points)
     eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
     return pts, eps
@@ -402,15 +438,31 @@ class Moments:
 
 @dataclass
 class KernelBlocks:
-    """Per-episode-pair sums of KID's polynomial kernel, for replicates of the unbiased MMD^2."""
+    """Per-cluster-pair sums of KID's polynomial kernel: the episode-clustered unbiased MMD^2 and its replicates.
 
-    xx: np.ndarray
+    Rows within an episode are correlated, and a model's predictions are paired with the realized
+    futures of the same episode, so pairs of rows from one episode are not independent draws. The
+    estimate is the U-statistic over pairs of rows from *distinct* clusters, within each set and
+    across the two sets::
+
+        MMD^2 = mean_{e != f} k(x_e., x_f.) + mean_{e != f} k(y_e., y_f.) - 2 mean_{e != f} k(x_e., y_f.)
+
+    (each mean over the row pairs of distinct clusters e, f). It is unbiased when clusters are
+    independent, whatever the correlation inside one. A replicate with multiplicities ``c`` keeps
+    the same rule: copies of one cluster are one cluster, never paired with each other.
+
+    Cluster ids index ``0..n-1``; the two sides share an id when they are the same episode (paired),
+    and an unpaired comparison gives the sides disjoint ids.
+    """
+
+    xx: np.ndarray            # (n, n) sum of k over rows of x in cluster e and rows of x in cluster f
     yy: np.ndarray
     xy: np.ndarray
-    dx: np.ndarray
-    dy: np.ndarray
-    nx: np.ndarray
+    nx: np.ndarray            # (n,) rows per cluster
     ny: np.ndarray
+    dx: float                 # sum_i k(x_i, x_i): the self-pairs, for the published (row-level) estimate
+    dy: float
+    link: np.ndarray | None = None   # (n,): the x cluster each y cluster also depends on (-1: none)
 
     @staticmethod
     def _blocks(a: Side, b: Side, n: int, chunk: int = 2048) -> np.ndarray:
@@ -419,26 +471,65 @@ class KernelBlocks:
         onehot_b = np.zeros((len(b.x), n))
         onehot_b[np.arange(len(b.x)), b.episode] = 1.0
         for i in range(0, len(a.x), chunk):
-            k = (a.x[i:i + chunk] @ b.x.T / d + 1.0) ** 3 @ onehot_b        # (chunk, N)
-            np.add.at(out, a.episode[i:i + chunk], k)
+            k = a.x[i:i + chunk] @ b.x.T
+            k /= d
+            k += 1.0
+            k3 = k * k
+            k3 *= k                                                         # (x.y / d + 1)^3, in place
+            onehot_a = np.zeros((n, len(k)))
+            onehot_a[a.episode[i:i + chunk], np.arange(len(k))] = 1.0
+            out += onehot_a @ (k3 @ onehot_b)
         return out
 
-    @classmethod
-    def of(cls, ref: Side, fake: Side, n: int) -> "KernelBlocks":
-        d = ref.x.shape[1]
-        diag = (lambda s: np.bincount(s.episode, weights=(np.einsum("ij,ij->i", s.x, s.x) / d + 1.0) ** 3,
-                                      minlength=n))
-        return cls(cls._blocks(ref, ref, n), cls._blocks(fake, fake, n), cls._blocks(ref, fake, n),
-                   diag(ref), diag(fake), np.bincount(ref.episode, minlength=n).astype(float),
-                   np.bincount(fake.episode, minlength=n).astype(float))
+    @staticmethod
+    def self_blocks(side: Side, n: int) -> np.ndarray:
+        """A set's own block sums (one reference shared by every model: build once, pass to :meth:`of`)."""
+        return KernelBlocks._blocks(side, side, n)
 
-    def at(self, c: np.ndarray) -> float:
-        """Unbiased MMD^2 of the resampled sets: each copy of a row is a distinct unit, never paired with itself."""
-        m, n = c @ self.nx, c @ self.ny
-        sxx = c @ self.xx @ c - c @ self.dx
-        syy = c @ self.yy @ c - c @ self.dy
-        sxy = c @ self.xy @ c
-        return sxx / (m * (m - 1)) + syy / (n * (n - 1)) - 2.0 * sxy / (m * n)
+    @classmethod
+    def of(cls, ref: Side, fake: Side, n: int, xx: np.ndarray | None = None,
+           link: np.ndarray | None = None) -> KernelBlocks:
+        """``link``: ``(n,)``, for each of ``fake``'s clusters another cluster of ``ref`` its rows depend on
+        (a control built from another episode's state), left out of the cross term like its own."""
+        d = ref.x.shape[1]
+        diag = (lambda s: float(np.sum((np.einsum("ij,ij->i", s.x, s.x) / d + 1.0) ** 3)))
+        if link is not None and np.shape(link) != (n,):
+            raise WmevalError(f"KernelBlocks: link has shape {np.shape(link)}, expected ({n},)")
+        return cls(cls._blocks(ref, ref, n) if xx is None else xx, cls._blocks(fake, fake, n),
+                   cls._blocks(ref, fake, n), np.bincount(ref.episode, minlength=n).astype(float),
+                   np.bincount(fake.episode, minlength=n).astype(float), diag(ref), diag(fake), link)
+
+    def published(self) -> float:
+        """The row-level unbiased MMD^2 on all rows (every row pair but a row with itself, the torch-fidelity
+        estimate on one subset holding every row): pairs rows of one episode, so biased on episode data."""
+        m, n = self.nx.sum(), self.ny.sum()
+        return float((self.xx.sum() - self.dx) / (m * (m - 1)) + (self.yy.sum() - self.dy) / (n * (n - 1))
+                     - 2.0 * self.xy.sum() / (m * n))
+
+    @staticmethod
+    def _distinct(c: np.ndarray, block: np.ndarray, na: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Kernel sum and row-pair count over pairs of distinct clusters, per row of ``c`` ``(B, n)``."""
+        c2 = c * c
+        total = np.einsum("bi,ij,bj->b", c, block, c) - c2 @ np.diag(block)
+        pairs = (c @ na) * (c @ nb) - c2 @ (na * nb)
+        return total, pairs
+
+    def at(self, c: np.ndarray) -> np.ndarray | float:
+        """The MMD^2 of the sets with cluster multiplicities ``c`` (``(n,)`` or ``(B, n)``); NaN when a set
+        has rows in fewer than 2 distinct clusters (no pair to average)."""
+        cc = np.atleast_2d(np.asarray(c, dtype=np.float64))
+        sxx, pxx = self._distinct(cc, self.xx, self.nx, self.nx)
+        syy, pyy = self._distinct(cc, self.yy, self.ny, self.ny)
+        sxy, pxy = self._distinct(cc, self.xy, self.nx, self.ny)
+        if self.link is not None:
+            e = np.flatnonzero((self.link >= 0) & (self.link != np.arange(len(self.link))))
+            f = self.link[e]                                   # x cluster f = link[e] with y cluster e
+            both = cc[:, f] * cc[:, e]
+            sxy = sxy - both @ self.xy[f, e]
+            pxy = pxy - both @ (self.nx[f] * self.ny[e])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.where((pxx > 0) & (pyy > 0) & (pxy > 0), sxx / pxx + syy / pyy - 2.0 * sxy / pxy, np.nan)
+        return float(out[0]) if np.ndim(c) == 1 else out
 
 
 @dataclass
@@ -449,7 +540,15 @@ class Replicates:
     condition: str
     sources: list[str]
     values: np.ndarray
+    n_clusters: np.ndarray | None = None      # (S,) episodes with rows, per source
     extra: dict = field(default_factory=dict)
+
+
+def _episode_counts(vs: ViewSets, sources: list[str], stratum: str | None) -> np.ndarray:
+    """Per source, the episodes that carry rows (of the stratum) on both sides: the clusters that count."""
+    ref = set(np.unique(vs.reference.subset(stratum).episode).tolist())
+    return np.array([len(ref & set(np.unique(vs.sources[src].subset(stratum).episode).tolist()))
+                     for src in sources])
 
 
 def _sample_grams(ref: Side, fakes: dict[str, Side], d: int) -> dict[str, RowGrams] | None:
@@ -530,6 +629,110 @@ class _ViewFD:
         return vals
 
 
+def fd_inf_grid(n_episodes: int, cfg: Settings) -> list[int]:
+    """FD-infinity's declared grid of episode counts: ``fd_inf_points`` sizes from
+    ``fd_inf_min_fraction`` of the episodes (at least 2) to all of them."""
+    lo = max(2, int(np.ceil(cfg.fd_inf_min_fraction * n_episodes)))
+    return sorted(set(int(v) for v in np.linspace(min(lo, n_episodes), n_episodes, cfg.fd_inf_points)))
+
+
+@dataclass
+class FDInfinity:
+    """FD-infinity with both sides extrapolated, by subsampling episodes: one view, every source.
+
+    For each M in the grid of episode counts, ``fd_inf_draws`` subsets of M of the (resampled)
+    episodes are drawn without replacement, the *same* episodes for the reference and every model
+    (paired), and the FD of their rows computed; the line ``FD_M = a + b / M`` is fitted and its
+    intercept ``a`` is FD-infinity: the FD between the two distributions as both sides' episode
+    counts grow without bound. Subsampling episodes (not rows) keeps each episode's correlated rows
+    together, so the 1/M term carries both sides' finite-sample bias. (Chong & Forsyth 2020 subsample
+    generated rows only, which leaves the finite reference's bias in; ``metrics.fd_infinity`` is
+    that published form.) The point and every bootstrap replicate run this same computation, the
+    replicate on its resampled episodes (a subset is a multivariate hypergeometric draw over the
+    episodes' multiplicities), with subset seeds derived from (seed, view, replicate).
+    """
+
+    view: str
+    d: int
+    sources: list[str]
+    ref_m: Moments
+    src_m: dict[str, Moments]
+    cfg: Settings
+
+    @classmethod
+    def of(cls, vs: ViewSets, n_eps: int, cfg: Settings) -> FDInfinity:
+        sources = sorted(vs.sources)
+        use_grams = (len(sources) + 1) * n_eps * vs.dim * vs.dim * 8 <= GRAM_BUDGET_BYTES
+        return cls(vs.view, vs.dim, sources, Moments.of(vs.reference, n_eps, use_grams),
+                   {src: Moments.of(vs.sources[src], n_eps, use_grams) for src in sources}, cfg)
+
+    def _fd_all(self, c: np.ndarray) -> np.ndarray:
+        mu, sigma, n = self.ref_m.at(c)
+        out = np.full(len(self.sources), np.nan)
+        if n < 2:
+            return out
+        ref = FrechetReference(mu, sigma, rank_deficient=n <= self.d)
+        for j, src in enumerate(self.sources):
+            m = self.src_m[src]
+            if float(c @ m.counts) >= 2:
+                f_mu, f_sigma, _ = m.at(c)
+                out[j] = ref.distance(f_mu, f_sigma)
+        return out
+
+    def __call__(self, counts: np.ndarray, replicate: int | str = "point"
+                 ) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
+        """``(values (S,), slopes (S,), grid, mean FD per grid size (len(grid), S))`` for episode multiplicities
+        ``counts``.
+
+        The line is fitted to every draw against 1 / its effective episode count
+        ``(sum c)^2 / sum c^2`` (= 1 / M for M distinct episodes, so the point's fit is on 1 / M)."""
+        c = np.asarray(counts, dtype=np.int64)
+        n_eps = int(c.sum())
+        grid = fd_inf_grid(n_eps, self.cfg)
+        if len(grid) < 2:
+            nan = np.full(len(self.sources), np.nan)
+            return nan, nan, grid, np.full((len(grid), len(self.sources)), np.nan)
+        rng = np.random.default_rng([self.cfg.seed, VIEWS.index(self.view),
+                                     *([0] if replicate == "point" else [1, int(replicate)])])
+        fds, inv_size = [], []
+        for m in grid:
+            draws = [c] if m == n_eps else [rng.multivariate_hypergeometric(c, m)
+                                             for _ in range(self.cfg.fd_inf_draws)]
+            for sub in draws:
+                fds.append(self._fd_all(sub.astype(np.float64)))
+                # 1 / the effective episode count (sum c)^2 / sum c^2: M for distinct episodes (the point);
+                # fewer for a resampled subset holding copies, whose rows carry no new information.
+                inv_size.append(float(sub @ sub) / float(sub.sum()) ** 2)
+        fds = np.stack(fds)
+        design = np.stack([np.ones(len(inv_size)), np.asarray(inv_size)], axis=1)
+        ok = np.all(np.isfinite(fds), axis=0)
+        values, slopes = np.full(len(self.sources), np.nan), np.full(len(self.sources), np.nan)
+        if ok.any():
+            coef, *_ = np.linalg.lstsq(design, fds[:, ok], rcond=None)
+            values[ok], slopes[ok] = coef[0], coef[1]
+        sizes = [m for m in grid for _ in range(1 if m == n_eps else self.cfg.fd_inf_draws)]
+        per_size = np.stack([fds[[i for i, m2 in enumerate(sizes) if m2 == m]].mean(axis=0) for m in grid])
+        return values, slopes, grid, per_size
+
+
+def fd_infinity_replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
+                           progress=None) -> list[Replicates]:
+    """FD-infinity recomputed in every replicate (rows of ``counts`` ``(B, N)``), per view: its own
+    replicates, not the plug-in's spread. Serial and threaded runs agree (seeds per replicate)."""
+    out = []
+    for view, vs in sets.items():
+        one = FDInfinity.of(vs, counts.shape[1], cfg)
+        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or os.cpu_count() or 1) as pool:
+            reps = []
+            for r in pool.map(lambda b: one(counts[b], b)[0], range(counts.shape[0])):
+                reps.append(r)
+                if progress is not None:
+                    progress.update()
+        out.append(Replicates("fd_infinity", f"{view}:pooled", one.sources, np.stack(reps),
+                              n_clusters=_episode_counts(vs, one.sources, None)))
+    return out
+
+
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
                progress=None) -> list[Replicates]:
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
@@ -546,7 +749,6 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     """
     n_jobs = n_jobs or os.cpu_count() or 1
     out: list[Replicates] = []
-    B = counts.shape[0]
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])
         sources = one.sources
@@ -557,14 +759,102 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
                 if progress is not None:
                     progress.update()
         fd = np.stack(fd)                                                 # (B, 1 + strata, S)
-        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0]))
+        pooled = _episode_counts(vs, sources, None)
+        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled))
         for i, s in enumerate(vs.strata, start=1):
-            out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i]))
+            out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i], _episode_counts(vs, sources, s)))
         weights = stratum_weights(vs, cfg.strata_weights)
         w = np.array([weights[s] for s in vs.strata])
         out.append(Replicates("fd_stratified", f"{view}:{cfg.strata_weights}", sources,
-                              np.tensordot(fd[:, 1:], w, axes=([1], [0]))))
-        kblocks = {src: KernelBlocks.of(vs.reference, vs.sources[src], counts.shape[1]) for src in sources}
-        kid_reps = np.stack([[kblocks[src].at(counts[b].astype(np.float64)) for src in sources] for b in range(B)])
-        out.append(Replicates("kid", f"{view}:pooled", sources, kid_reps))
+                              np.tensordot(fd[:, 1:], w, axes=([1], [0])), pooled))
+        c = counts.astype(np.float64)
+        xx = KernelBlocks.self_blocks(vs.reference, counts.shape[1])
+        kid_reps = np.stack([KernelBlocks.of(vs.reference, vs.sources[src], counts.shape[1], xx,
+                                             vs.linked.get(src)).at(c) for src in sources], axis=1)
+        out.append(Replicates("kid", f"{view}:pooled", sources, kid_reps, pooled))
     return out
+
+
+# ----------------------------------------------------------------------------- the public set-level bootstrap
+
+#: The metrics :func:`distribution_bootstrap` takes, and the interval each carries.
+SET_METRICS = {"fd": "percentile", "fd_bias_corrected": "basic", "kid": "percentile"}
+
+
+def _cluster_index(real_clusters: np.ndarray, fake_clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both sides' cluster ids in one index space ``0..n-1``, and each cluster's resampling group:
+    ``paired`` (its id is on both sides: one episode, resampled together), ``real`` or ``fake`` (only there)."""
+    ids, inverse = np.unique(np.concatenate([np.asarray(real_clusters), np.asarray(fake_clusters)]),
+                             return_inverse=True)
+    inv_r, inv_f = inverse[:len(real_clusters)], inverse[len(real_clusters):]
+    on_r, on_f = np.zeros(len(ids), bool), np.zeros(len(ids), bool)
+    on_r[inv_r], on_f[inv_f] = True, True
+    group = np.where(on_r & on_f, "paired", np.where(on_r, "real", "fake"))
+    return inv_r, inv_f, group
+
+
+def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters: np.ndarray,
+                           fake_clusters: np.ndarray, metric: str, n_resamples: int = 500,
+                           confidence_level: float = 0.95, seed: int = 0) -> BootstrapResult:
+    """Cluster-bootstrap interval of a set-level distance between real and generated embeddings.
+
+    The same code the bootstrap stage runs on every world: FD replicates recompute the moments of
+    the resampled clusters' rows weighted by multiplicity (:class:`Moments`, :class:`_ViewFD`); KID is
+    the U-statistic over row pairs from distinct clusters, in the point and in every replicate
+    (:class:`KernelBlocks`).
+
+    Args:
+        real, fake: ``(n, d)`` and ``(m, d)`` embeddings.
+        real_clusters, fake_clusters: ``(n,)`` and ``(m,)`` cluster ids (e.g. episode ids). Rows whose
+            cluster id appears on both sides are one episode, resampled together (paired: a model's
+            predictions and the realized futures of the same episodes); ids on one side only are
+            resampled within that side, independently of the other.
+        metric: ``fd`` (plug-in, percentile interval; biased upward at finite N),
+            ``fd_bias_corrected`` (``2 FD - mean FD*``, basic interval) or ``kid``
+            (unbiased MMD^2 with the kernel ``(x.y / d + 1)^3``, percentile interval).
+        n_resamples, confidence_level, seed: B, the level, and the resampling's seed.
+
+    Returns:
+        :class:`~wmeval.estimators.resample.BootstrapResult`; ``n_clusters`` counts distinct ids
+        over both sides. With fewer than 2 clusters in a resampling group: a warning and a NaN interval.
+
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = rng.normal(size=(200, 3)), rng.normal(size=(200, 3)) + 1.0
+    >>> ep = np.repeat(np.arange(20), 10)
+    >>> r = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=ep, metric="fd", n_resamples=100)
+    >>> bool(r.low < 3.0 < r.high), r.n_clusters
+    (True, 20)
+    """
+    if metric not in SET_METRICS:
+        raise ValueError(f"metric must be one of {sorted(SET_METRICS)}, got {metric!r}")
+    real, fake = np.asarray(real, dtype=np.float64), np.asarray(fake, dtype=np.float64)
+    if real.ndim != 2 or fake.ndim != 2 or real.shape[1] != fake.shape[1] or min(len(real), len(fake)) < 2:
+        raise ValueError(f"real and fake must be (n >= 2, d) with equal d, got {real.shape} and {fake.shape}")
+    for name, x, c in (("real", real, real_clusters), ("fake", fake, fake_clusters)):
+        if np.shape(c) != (len(x),):
+            raise ValueError(f"{name}_clusters shape {np.shape(c)} must be ({len(x)},)")
+    inv_r, inv_f, group = _cluster_index(real_clusters, fake_clusters)
+    n = len(group)
+    counts = cluster_counts(np.arange(n), group, n, n_resamples, make_rng(seed, "distribution_bootstrap"))
+    sizes = {g: int(np.sum(group == g)) for g in np.unique(group)}
+    if min(sizes.values()) < 2:
+        warnings.warn(f"distribution_bootstrap: resampling groups {sizes} (clusters); an interval needs at least "
+                      "2 independent clusters in each (low and high are NaN)", RuntimeWarning, stacklevel=2)
+    label = np.full(len(real), "all", dtype=object)
+    ref, side = Side(real, inv_r, label.astype(str)), Side(fake, inv_f, np.full(len(fake), "all"))
+    if metric == "kid":
+        kb = KernelBlocks.of(ref, side, n)
+        point, reps = kb.at(np.ones(n)), kb.at(counts.astype(np.float64))
+    else:
+        vs = ViewSets("frame", ref, {"fake": side}, [])
+        point = _fd(_reference(ref), side)
+        one = _ViewFD.of(vs, n)
+        with threadpool_limits(limits=1):
+            reps = np.array([one(c)[0, 0] for c in counts])
+    if metric == "fd_bias_corrected":
+        point, reps = 2.0 * point - np.nanmean(reps), 2.0 * point - reps   # reflected: the basic interval
+    ok = reps[np.isfinite(reps)]
+    lo, hi = (percentile_interval(ok, confidence_level) if ok.size and min(sizes.values()) >= 2
+              else (np.nan, np.nan))
+    return BootstrapResult(float(point), float(lo), float(hi), SET_METRICS[metric], n_resamples, n,
+                           confidence_level)

@@ -9,6 +9,8 @@ bootstrap: the same resampled episodes for every model.
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -56,7 +58,7 @@ def _check_inputs(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray,
     return values, clusters
 
 
-def _cluster_counts(cluster_idx: np.ndarray, strata: np.ndarray | None, n_clusters: int, n_resamples: int,
+def cluster_counts(cluster_idx: np.ndarray, strata: np.ndarray | None, n_clusters: int, n_resamples: int,
                     rng: np.random.Generator) -> np.ndarray:
     """``(B, n_clusters)`` multiplicities; with strata, clusters are resampled within their stratum."""
     if strata is None:
@@ -110,6 +112,40 @@ def _check_bootstrap_iv(values: np.ndarray, clusters: np.ndarray, statistic, str
     return values, clusters
 
 
+def is_weighted_statistic(statistic: Callable) -> bool:
+    """Whether ``statistic`` takes ``(values, weights)``: two positional parameters without defaults.
+
+    A plain statistic such as ``np.mean`` or ``np.median`` (one required parameter) is applied to
+    the resampled rows themselves (copies of each resampled cluster's units).
+    """
+    try:
+        sig = inspect.signature(statistic)
+    except (TypeError, ValueError):       # some builtins and ufuncs carry no signature: plain
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in sig.parameters.values() if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return len(required) >= 2
+
+
+def _statistic_replicates(statistic: Callable, values: np.ndarray, inverse: np.ndarray, n_clusters: int,
+                          counts: np.ndarray, jackknife: bool) -> tuple[float, np.ndarray, np.ndarray | None]:
+    """Point, replicates and (for BCa) leave-one-cluster-out values of a user statistic.
+
+    A weighted statistic gets the units' multiplicities as weights (no copies); a plain one the
+    resampled units themselves, each resampled cluster's units repeated by its multiplicity.
+    """
+    if is_weighted_statistic(statistic):
+        def at(w: np.ndarray) -> float:
+            return float(statistic(values, w))
+    else:
+        def at(w: np.ndarray) -> float:
+            return float(statistic(np.repeat(values, w.astype(np.int64), axis=0)))
+    point = at(np.ones(len(values)))
+    reps = np.array([at(c[inverse].astype(np.float64)) for c in counts])
+    jack = (np.array([at((inverse != k).astype(np.float64)) for k in range(n_clusters)]) if jackknife else None)
+    return point, reps, jack
+
+
 def _mean_replicates(values: np.ndarray, inverse: np.ndarray, n_clusters: int, counts: np.ndarray,
                      jackknife: bool) -> tuple[float, np.ndarray, np.ndarray | None]:
     """The unit-weighted mean's point, replicates and (for BCa) leave-one-cluster-out values, vectorised."""
@@ -132,9 +168,11 @@ def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray,
         values: ``(n_units, ...)`` one value (or one row, e.g. an embedding) per unit.
         clusters: ``(n_units,)`` cluster id of each unit (e.g. the episode); clusters are
             resampled with replacement, whole.
-        statistic: ``statistic(values, weights) -> float`` where ``weights`` ``(n_units,)`` are the
-            units' multiplicities in a replicate (no resampled copies are made: a weighted
-            statistic, e.g. Frechet distance from weighted moments). ``None``: the unit-weighted mean
+        statistic: either a plain statistic of the resampled units, ``statistic(values) -> float``
+            (e.g. ``np.mean``, ``np.median``: one required parameter), or a weighted one,
+            ``statistic(values, weights) -> float`` (two required parameters), where ``weights``
+            ``(n_units,)`` are the units' multiplicities in a replicate (no resampled copies are
+            made, e.g. Frechet distance from weighted moments). ``None``: the unit-weighted mean
             of 1-D ``values`` (vectorised over replicates).
         strata: ``(n_units,)`` stratum of each unit; clusters must be nested in strata and are
             resampled within them (each replicate keeps every stratum's cluster count).
@@ -145,23 +183,29 @@ def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray,
         seed: seed of the resampling.
 
     Returns:
-        :class:`BootstrapResult`; ``point`` is the statistic on the data as given.
+        :class:`BootstrapResult`; ``point`` is the statistic on the data as given. With fewer
+        than 2 clusters there is nothing to resample: a warning, and ``low = high = NaN``
+        (one cluster would otherwise give a zero-width interval).
 
     >>> r = cluster_bootstrap(np.array([1.0, 1.0, 3.0, 3.0]), np.array([0, 0, 1, 1]), n_resamples=200)
     >>> r.low <= r.point <= r.high, r.n_clusters
     (True, 2)
+    >>> float(round(cluster_bootstrap(np.arange(6.0), np.repeat([0, 1, 2], 2), np.median).point, 2))
+    2.5
     """
     values, clusters = _check_bootstrap_iv(values, clusters, statistic, strata, method)
     _, inverse = np.unique(clusters, return_inverse=True)
     n_clusters = int(inverse.max()) + 1
-    counts = _cluster_counts(inverse, strata, n_clusters, n_resamples, make_rng(seed, "cluster_bootstrap"))
+    counts = cluster_counts(inverse, strata, n_clusters, n_resamples, make_rng(seed, "cluster_bootstrap"))
     if statistic is None:
         point, reps, jack = _mean_replicates(values, inverse, n_clusters, counts, method == "bca")
     else:
-        point = float(statistic(values, np.ones(len(values))))
-        reps = np.array([statistic(values, c[inverse].astype(np.float64)) for c in counts])
-        jack = (np.array([statistic(values, (inverse != k).astype(np.float64)) for k in range(n_clusters)])
-                if method == "bca" else None)
+        point, reps, jack = _statistic_replicates(statistic, values, inverse, n_clusters, counts, method == "bca")
+    if n_clusters < 2:
+        warnings.warn(f"cluster_bootstrap: {n_clusters} cluster; an interval needs at least 2 independent "
+                      f"clusters (low and high are NaN)", RuntimeWarning, stacklevel=2)
+        return BootstrapResult(point, float("nan"), float("nan"), method, n_resamples, n_clusters,
+                               confidence_level)
     if method == "bca":
         lo, hi = _bca_interval(reps, point, jack, confidence_level)
     else:

@@ -509,7 +509,8 @@ def format_lineage(lin: dict[str, Any]) -> str:
         s = f"  {c['key']}: {_fmt(v.get('point'))} [{_fmt(v.get('low'))}, {_fmt(v.get('high'))}]"
         if "diff_to_baseline" in v:
             s += (f"; diff to baseline {_fmt(v['diff_to_baseline'])} [{_fmt(v.get('diff_low'))}, "
-                  f"{_fmt(v.get('diff_high'))}], P(better) {_fmt(v.get('p_better'))}")
+                  f"{_fmt(v.get('diff_high'))}], P(better) {_fmt(v.get('p_better'))}"
+                  + (f", P(tie) {_fmt(v['p_tie'])}" if v.get("p_tie") else ""))
         lines.append(s)
         iv = c.get("interval")
         if iv:

@@ -28,6 +28,15 @@ class ShuffledFuturesModel:
         self.world = world
         self.stochastic = bool(world.describe().get("stochastic", False))
 
+    def borrowed_episodes(self, n: int) -> np.ndarray:
+        """For each of ``n`` episodes (one call), the other episode whose state its prediction starts from.
+
+        Its rows depend on that episode as well as on its own (whose actions it uses): a distributional
+        estimate that assumes episodes independent must not pair them (``KernelBlocks`` leaves the pair
+        out of KID's cross term).
+        """
+        return np.roll(np.arange(n), 1)
+
     def predict(self, history: History, actions: np.ndarray, num_samples: int,
                 rng: np.random.Generator) -> Prediction:
         if history.states is None:
@@ -35,7 +44,7 @@ class ShuffledFuturesModel:
         n = actions.shape[0]
         if n < 2:
             raise ModelOutputError("ShuffledFuturesModel needs at least two episodes per call to shuffle")
-        s0 = np.roll(history.states[:, -1], 1, axis=0)                         # another episode's state
+        s0 = history.states[self.borrowed_episodes(n), -1]                     # another episode's state
         s = np.repeat(s0[:, None], num_samples, axis=1).reshape(n * num_samples, -1)
         a = np.repeat(actions[:, None], num_samples, axis=1).reshape(n * num_samples, *actions.shape[1:])
         states = rollout_states(self.world, s, a, rng)[:, 1:]                 # (N * S, H, D)

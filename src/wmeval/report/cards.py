@@ -171,12 +171,30 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
     "reward_event": lambda c: {"event": f"{c.wp.get('event')}, with the world's reward read from each prediction"},
     "encoder": _encoder,
     "views_strata": _views,
-    "kid_subsets": lambda c: {"subsets": (f"{c.sc.get('kid_subsets')} subsets of {c.sc.get('kid_subset_size')} "
-                                          "(all rows in one when they fit)")},
-    "fd_inf_grid": lambda c: {"grid": (f"{c.sc.get('fd_inf_points')} subset sizes from "
-                                       f"{c.sc.get('fd_inf_min_fraction')} N to N, "
-                                       f"{c.sc.get('fd_inf_draws')} draws each")},
+    "kid_estimator": lambda c: {"estimator": (
+        "U-statistic over row pairs from distinct episodes, within each set and across the two: rows of one "
+        "episode are correlated, and a prediction is never compared with the realized future of its own "
+        "episode; replicates never pair an episode with itself or its copies. The published subset form "
+        f"(torch-fidelity, {c.sc.get('kid_subsets')} subsets of {c.sc.get('kid_subset_size')} rows, all rows in "
+        "one when they fit) pairs rows of one episode; it is kept as kid_published in the statistics table, "
+        "for comparison with published numbers only")},
+    "fd_inf_grid": lambda c: {"grid": (
+        f"{c.sc.get('fd_inf_points')} episode counts M from {c.sc.get('fd_inf_min_fraction')} N to N, "
+        f"{c.sc.get('fd_inf_draws')} draws of M episodes each (the same episodes on both sides); FD_M = a + b / M "
+        "fitted, a reported: the FD as both sides grow without bound (Chong & Forsyth extrapolate the "
+        "generated side only, which keeps the finite reference's bias). Interval: FD-infinity refitted "
+        f"in each of B = {c.protocol['bootstrap'].get('n_resamples_fd_infinity')} resamplings, with M the "
+        "effective count (sum c)^2 / sum c^2 of the drawn episodes' multiplicities c (copies are not new "
+        "episodes)")},
+    "fd_sample_counts": lambda c: {"sample counts across models": (
+        "models differ in rows (K samples give K times the rows); the plug-in FD falls with N, so models are "
+        "ranked and marked separated only on the bias-corrected forms, whose first-order bias is removed "
+        "on each model's own N")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
+    "prdc_radii": lambda c: {"radii": (
+        "the k-NN radii of both sets are computed once on all rows and held fixed in the bootstrap "
+        "replicates (ratios of per-episode sums): the interval leaves out the radii's own sampling "
+        "variation, so it is narrower than a full resampling")},
 }
 #: Fields a registry entry may name that follow the interval's (how the interval treats the estimator).
 AFTER_INTERVAL: dict[str, Callable[[CardContext], dict[str, str]]] = {

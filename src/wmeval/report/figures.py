@@ -94,9 +94,11 @@ def points(iv: pd.DataFrame, metric: str, conditions: list[tuple[str, str, str]]
 
 
 def strata_bars(iv: pd.DataFrame, view: str, strata: list[str], weights: str, models: list[str]) -> str:
-    """FD pooled, per stratum and stratified, grouped by model, with interval bars (log scale)."""
+    """FD pooled, per stratum and stratified (plug-in and bias-corrected), grouped by model, with interval bars
+    (log scale; a bias-corrected value at or below 0 has no bar)."""
     groups = [("pooled", "fd", f"{view}:pooled")] + [(s, "fd", f"{view}:{s}") for s in strata] \
-        + [(f"stratified ({weights})", "fd_stratified", f"{view}:{weights}")]
+        + [(f"stratified ({weights})", "fd_stratified", f"{view}:{weights}"),
+           (f"stratified, bias-corrected ({weights})", "fd_stratified_bias_corrected", f"{view}:{weights}")]
     return _grouped(iv, groups, models, view)
 
 

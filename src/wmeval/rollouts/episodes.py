@@ -206,7 +206,9 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     meta = _metadata(world, wcfg, protocol, name, model_cfg, num_samples=samples,
                      stochastic=samples > 1 or bool(getattr(model, "stochastic", False)),
                      has_state=bool(has_state[0]), frames_rendered_from_states=bool(rendered[0]),
-                     has_logp=logp is not None, state_dim=d)
+                     has_logp=logp is not None, state_dim=d,
+                     borrowed_episodes=([int(e) for e in model.borrowed_episodes(n)]
+                                        if hasattr(model, "borrowed_episodes") else None))
     return with_metadata(pa.concat_tables(tables, promote_options="default"), meta)
 
 

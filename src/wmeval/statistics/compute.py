@@ -140,8 +140,9 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
         models[name] = meta["num_samples"]
         with_state += [name] if meta["has_state"] else []
         with_logp += [name] if meta.get("has_logp") else []
+    linked = {name: read_metadata(rollouts / world / f"{name}.parquet").get("borrowed_episodes") for name in entries}
     sets, skipped_views = view_sets(truth, truth_emb_all, model_embs, sc.views, out.encoder["clip"] is not None,
-                                    N, H, sc.strata, list(map(float, sc.action_bins)), str(fe_dir))
+                                    N, H, sc.strata, list(map(float, sc.action_bins)), str(fe_dir), linked)
     if model_embs:
         pts, prdc_eps = point_estimates(world, sets, Settings.from_scoring(sc))
         out.distributional.append(pts)

@@ -1,0 +1,214 @@
+"""The honest-intervals defects: each test fails on the code before the fix (noted per test)."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wmeval.bootstrap.intervals import intervals, min_rank, summarize
+from wmeval.core.config import BootstrapConfig
+from wmeval.estimators.distributional import KernelBlocks, Side
+from wmeval.estimators.resample import cluster_bootstrap, resample_counts
+from wmeval.metrics import mmd2_unbiased
+from wmeval.stats import BootstrapResult, distribution_bootstrap
+
+BOOT = BootstrapConfig(name="t", n_resamples=400, confidence_level=0.95, method="percentile", seed=0)
+KEY = {"world": "w", "metric": "fd_stratified", "regime": "open_loop", "condition": "frame:uniform",
+       "unit": "observation"}
+
+
+def _episodes(rng, n_eps=32, rows=10, d=4, rho=0.5, latent=None):
+    """Rows of ``n_eps`` episodes with intra-episode correlation ``rho`` (a shared latent per episode)."""
+    a = rng.normal(size=(n_eps, d)) if latent is None else latent
+    ep = np.repeat(np.arange(n_eps), rows)
+    x = np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n_eps * rows, d))
+    return Side(x, ep, np.full(len(ep), "all")), a
+
+
+# 1. KID replicates: copies of a resampled episode were paired with each other (self-kernel terms).
+
+def test_kid_replicates_are_centred_on_the_point():
+    """Old: replicates averaged about +0.06 above the point on iid rows (32 episodes x 10 rows, d = 4)."""
+    rng = np.random.default_rng(0)
+    shifts = []
+    for _ in range(10):
+        ref, _ = _episodes(rng, rho=0.0)
+        fake, _ = _episodes(rng, rho=0.0)
+        kb = KernelBlocks.of(ref, fake, 32)
+        reps = kb.at(resample_counts(32, 300, rng).astype(float))
+        shifts.append((reps.mean() - kb.at(np.ones(32))) / reps.std())
+    assert abs(np.mean(shifts)) < 0.3
+
+
+# 2. KID on episode data: the point must not pair rows of one episode.
+
+def test_kid_is_unbiased_on_paired_episode_data():
+    """Predictions sharing each episode's latent with its realized future, same distribution (truth 0): the
+    distinct-episode U-statistic averages 0; the row-level estimate (the old point) is pulled below 0."""
+    rng = np.random.default_rng(1)
+    new, old = [], []
+    for _ in range(60):
+        ref, a = _episodes(rng, rho=0.8)
+        fake, _ = _episodes(rng, rho=0.8, latent=a)
+        new.append(KernelBlocks.of(ref, fake, 32).at(np.ones(32)))
+        old.append(mmd2_unbiased(ref.x, fake.x))
+    se = np.std(new) / np.sqrt(len(new))
+    assert abs(np.mean(new)) < 3 * se
+    assert np.mean(old) < -10 * np.std(old) / np.sqrt(len(old))
+
+
+# 3. Ranks: ties were broken by listing order.
+
+def _two_identical(rng, B=400):
+    reps = rng.normal(size=(B, 1)) + np.array([[0.0, 0.0, 1.0]])      # a and b identical, c worse
+    return ["a", "b", "c"], np.array([0.0, 0.0, 1.0]), reps
+
+
+def test_identical_models_share_the_rank_and_tie():
+    """Old: a got [1-1] and b [2-2] (argsort order); P(better) of b against a was 0.00 with no P(tie)."""
+    sources, point, reps = _two_identical(np.random.default_rng(2))
+    rows = {r["source"]: r for r in summarize(KEY, sources, point, reps, np.full(3, 32), BOOT, "a")}
+    assert (rows["a"]["rank"], rows["a"]["rank_low"], rows["a"]["rank_high"]) == (1, 1, 1)
+    assert (rows["b"]["rank"], rows["b"]["rank_low"], rows["b"]["rank_high"]) == (1, 1, 1)
+    assert rows["b"]["p_better"] == 0.0 and rows["b"]["p_tie"] == 1.0
+    assert rows["c"]["rank"] == 3.0
+
+
+def test_min_rank():
+    np.testing.assert_array_equal(min_rank(np.array([[0.2, 0.1, 0.1, np.nan]]), axis=1), [[3, 1, 1, 4]])
+
+
+# 4. The bias-corrected FD's paired difference used the percentile interval of shifted replicates.
+
+def test_bias_corrected_difference_uses_the_basic_interval():
+    rng = np.random.default_rng(3)
+    B = 2000
+    base = rng.gamma(1.0, 0.2, size=B)                      # skewed replicates
+    reps = np.stack([base, base + rng.gamma(0.5, 0.4, size=B)], axis=1)
+    point = np.array([0.1, 0.3])
+    bias = reps.mean(axis=0) - point
+    key = {**KEY, "metric": "fd_bias_corrected", "condition": "frame:pooled"}
+    rows = summarize(key, ["a", "b"], point - bias, reps - 2 * bias, np.full(2, 32), BOOT, "a", interval="basic",
+                     n_resamples=B)
+    d_plug = point[1] - point[0]
+    q_lo, q_hi = np.quantile(reps[:, 1] - reps[:, 0], [0.025, 0.975])
+    b = rows[1]
+    assert b["diff_low"] == pytest.approx(2 * d_plug - q_hi) and b["diff_high"] == pytest.approx(2 * d_plug - q_lo)
+    assert b["low"] == pytest.approx(2 * point[1] - np.quantile(reps[:, 1], 0.975))
+    assert b["method"] == "basic"
+
+
+# 5. One cluster gave a zero-width interval silently.
+
+def test_one_cluster_warns_and_has_no_interval():
+    with pytest.warns(RuntimeWarning, match="1 cluster"):
+        r = cluster_bootstrap([1.0, 2.0, 3.0], [0, 0, 0])
+    assert r.point == 2.0 and np.isnan(r.low) and np.isnan(r.high)
+    rows = summarize(KEY, ["a", "b"], np.array([1.0, 2.0]), np.ones((10, 2)), np.array([1, 1]), BOOT, "a")
+    assert all(np.isnan(r["low"]) and np.isnan(r["rank_low"]) for r in rows)
+
+
+@pytest.mark.parametrize("override", ["protocol.n_episodes=1", "dynamics.n_episodes=1",
+                                      "dynamics.control_episodes=1"])
+def test_config_refuses_fewer_than_two_clusters(override, tmp_path):
+    import yaml
+
+    from wmeval.core.config import ConfigError, compose_text, validate_params
+
+    raw = yaml.safe_load(compose_text([override]))
+    with pytest.raises(ConfigError, match=override.split("=")[0].split(".")[-1] + " = 1"):
+        validate_params(raw)
+
+
+# 6. n_clusters counted episodes whose ratio denominator is 0.
+
+def test_n_clusters_counts_only_episodes_with_a_denominator():
+    eps = np.arange(6)
+    df = pd.DataFrame({"world": "w", "metric": "precision", "regime": "open_loop", "condition": "c",
+                       "unit": "observation", "source": "m", "episode": eps,
+                       "value": [1.0, 0.0, 0.0, 0.0, 2.0, 0.0], "denominator": [2.0, 0, 0, 0, 2.0, 1.0]})
+    counts = resample_counts(6, 200, np.random.default_rng(0))
+    out = intervals(df, ["world", "metric", "regime", "condition", "unit"], lambda w, u: counts, BOOT)
+    assert int(out.n_clusters.iloc[0]) == 3
+
+
+# The public set-level bootstrap.
+
+def test_plain_statistic_matches_the_weighted_mean():
+    """Old: np.mean was called as np.mean(values, weights) and raised a TypeError."""
+    rng = np.random.default_rng(4)
+    v, c = rng.normal(size=60), np.repeat(np.arange(12), 5)
+    a = cluster_bootstrap(v, c, np.mean, n_resamples=300)
+    b = cluster_bootstrap(v, c, n_resamples=300)
+    assert (a.point, a.low, a.high) == pytest.approx((b.point, b.low, b.high), rel=1e-12)
+    med = cluster_bootstrap(v, c, np.median, n_resamples=300)
+    assert med.point == pytest.approx(np.median(v)) and med.low < med.point < med.high
+
+
+def test_distribution_bootstrap_is_the_stage_code_and_pairs_shared_ids():
+    rng = np.random.default_rng(5)
+    ref, a = _episodes(rng, rho=0.8)
+    fake, _ = _episodes(rng, rho=0.8, latent=a)
+    fake.x = fake.x + np.array([0.6, 0, 0, 0])
+    ep = ref.episode
+    paired = {m: distribution_bootstrap(ref.x, fake.x, real_clusters=ep, fake_clusters=ep, metric=m,
+                                        n_resamples=300) for m in ("fd", "fd_bias_corrected", "kid")}
+    unpaired = {m: distribution_bootstrap(ref.x, fake.x, real_clusters=ep, fake_clusters=ep + 100, metric=m,
+                                          n_resamples=300) for m in ("fd", "fd_bias_corrected", "kid")}
+    assert isinstance(paired["fd"], BootstrapResult) and paired["fd"].n_clusters == 32
+    assert unpaired["fd"].n_clusters == 64
+    assert paired["kid"].point == pytest.approx(KernelBlocks.of(ref, fake, 32).at(np.ones(32)))
+    # The same rows: one point for the plug-in FD however the clusters are labelled.
+    assert paired["fd"].point == pytest.approx(unpaired["fd"].point, rel=1e-12)
+    # Pairing cancels the shared episode latents: far narrower intervals than resampling the sides apart.
+    for m in paired:
+        assert (paired[m].high - paired[m].low) < 0.6 * (unpaired[m].high - unpaired[m].low)
+    bc = paired["fd_bias_corrected"]
+    assert bc.method == "basic" and bc.point < paired["fd"].point
+
+
+def test_distribution_bootstrap_refuses_bad_input_and_warns_on_one_cluster():
+    x = np.random.default_rng(6).normal(size=(20, 3))
+    with pytest.raises(ValueError, match="metric"):
+        distribution_bootstrap(x, x, real_clusters=np.arange(20), fake_clusters=np.arange(20), metric="fid")
+    with pytest.raises(ValueError, match="real_clusters"):
+        distribution_bootstrap(x, x, real_clusters=np.arange(5), fake_clusters=np.arange(20), metric="fd")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = distribution_bootstrap(x, x + 1, real_clusters=np.zeros(20), fake_clusters=np.zeros(20) + 1,
+                                   metric="fd", n_resamples=100)
+    assert any("at least 2" in str(m.message) for m in w) and np.isnan(r.low)
+
+
+# Design changes: what the headline ranks on, and FD-infinity's target.
+
+def test_headline_is_the_bias_corrected_stratified_fd():
+    from wmeval.metrics import REGISTRY
+
+    assert not any(s.headline for s in REGISTRY["fd_stratified"].shown)
+    assert all(s.headline == "transition" for s in REGISTRY["fd_stratified_bias_corrected"].shown)
+
+
+def test_fd_infinity_extrapolates_both_sides():
+    """Two sets from one distribution (truth 0): the plug-in FD is biased up by both sides' finite N; extrapolating
+    the generated side only (Chong & Forsyth, ``metrics.fd_infinity``) keeps the reference's share; subsampling
+    episodes on both sides (``FDInfinity``) removes both."""
+    from wmeval.estimators.distributional import FDInfinity, Settings, ViewSets
+    from wmeval.metrics import FrechetReference, fd_infinity, gaussian_stats
+
+    rng = np.random.default_rng(8)
+    cfg = Settings.defaults(fd_inf_points=6, fd_inf_min_fraction=0.25, fd_inf_draws=4)
+    both, gen_only, plug = [], [], []
+    for _ in range(20):
+        ref, _ = _episodes(rng, n_eps=40, rho=0.3)
+        fake, _ = _episodes(rng, n_eps=40, rho=0.3)
+        vs = ViewSets("frame", ref, {"m": fake}, [])
+        both.append(FDInfinity.of(vs, 40, cfg)(np.ones(40))[0][0])
+        gen_only.append(fd_infinity(ref.x, fake.x, draws=4)["value"])
+        s_r, s_f = gaussian_stats(ref.x), gaussian_stats(fake.x)
+        plug.append(FrechetReference(s_r.mu, s_r.sigma).distance(s_f.mu, s_f.sigma))
+    se = np.std(both) / np.sqrt(len(both))
+    assert abs(np.mean(both)) < 3 * se
+    assert np.mean(gen_only) > np.mean(both) + 3 * se
+    assert np.mean(plug) > np.mean(gen_only)
