@@ -1,13 +1,15 @@
 """Stage features: embed every rollout frame or clip -> data/features/<encoder>/<world>/<source>.parquet."""
 
+import dataclasses
 import logging
 from pathlib import Path
 
 from wmeval.core.config import load_params
 from wmeval.core.runner import main
+from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.encoders import build_encoder
 from wmeval.features import Caches, embed_file
-from wmeval.tables import atomic_dir, write_table
+from wmeval.tables import atomic_dir, read_metadata, write_table
 
 IN, OUT = Path("data/rollouts"), Path("data/features")
 log = logging.getLogger("stages.features")
@@ -18,11 +20,17 @@ def run() -> None:
     encoder = build_encoder(params.encoder)       # verifies weights before anything is written
     total = {"rows": 0, "hits": 0, "embedded": 0, "corrupt_shards": 0}
     caches = Caches(encoder, params.encoder.cache_dir)
+    made_with = {"encoder_config": encoder_config(params.encoder.name, params.encoder.kind,
+                                                   params.encoder.params)}
+    for name in params.worlds:                    # every input was made with this run's world params
+        for f in sorted((IN / name).glob("*.parquet")):
+            check_made_with(f, read_metadata(f).get("world_config"), dataclasses.asdict(params.worlds[name]),
+                            f"worlds.{name}")
     with atomic_dir(OUT) as tmp:
         for name in params.worlds:
             (tmp / encoder.name / name).mkdir(parents=True)
             for f in sorted((IN / name).glob("*.parquet")):
-                table, stats = embed_file(f, encoder, caches=caches)
+                table, stats = embed_file(f, encoder, caches=caches, made_with=made_with)
                 write_table(table, tmp / encoder.name / name / f.name)
                 log.info("%s/%s: %d rows, %d from the cache, %d embedded", name, f.name, stats["rows"],
                          stats["hits"], stats["embedded"])

@@ -98,7 +98,7 @@ def test_input_signature_is_part_of_the_key(tmp_path):
     from wmeval.encoders import build_encoder
     from wmeval.features import Caches
 
-    enc = build_encoder(EncoderConfig("pixel", "pixel", False, {"size": 2}))
+    enc = build_encoder(EncoderConfig("pixel", "pixel", False, {"resolution": 2}))
     caches = Caches(enc, str(tmp_path))
     gray = np.random.default_rng(0).random((5, 8, 8, 1), dtype=np.float32)
     rgb = np.random.default_rng(1).random((5, 8, 8, 3), dtype=np.float32)

@@ -100,3 +100,30 @@ def test_cli_errors_exit_2_without_traceback(root):
 def test_load_params_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="missing; run `wmeval compose`"):
         load_params(tmp_path / "params.yaml")
+
+
+def test_no_params_key_is_left_out_of_dvcs_run_cache_hash(root):
+    """DVC's run cache drops keys named size/nfiles from a stage's params hash: none may exist, anywhere."""
+    import yaml
+
+    from wmeval.core.config import DVC_UNHASHED_KEYS, unhashed_keys
+
+    assert unhashed_keys(yaml.safe_load((root / "params.yaml").read_text())) == []
+    for f in sorted((root / "conf").rglob("*.yaml")):
+        assert unhashed_keys(yaml.safe_load(f.read_text())) == [], f
+    assert set(DVC_UNHASHED_KEYS) == {"size", "nfiles"}
+
+
+@pytest.mark.parametrize("path", [("worlds", "blobs", "params", "size"), ("models", "blobs", "entries", "mean", "nfiles")])
+def test_a_key_named_size_or_nfiles_is_refused(root, path):
+    import yaml
+
+    from wmeval.core.config import compose_text
+
+    raw = yaml.safe_load(compose_text([], root))
+    node = raw
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = 3
+    with pytest.raises(ConfigError, match=r"\.".join(path) + ".*run-cache hash.*rename"):
+        validate_params(raw)

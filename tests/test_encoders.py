@@ -100,9 +100,9 @@ def test_i3d_torchscript_through_the_registry(tmp_path):
 
 
 def test_random_conv_is_seeded_and_weight_free():
-    a = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 3}, "cpu"))
-    b = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 3}, "cpu"))
-    c = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "size": 32, "seed": 4}, "cpu"))
+    a = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "resolution": 32, "seed": 3}, "cpu"))
+    b = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "resolution": 32, "seed": 3}, "cpu"))
+    c = build_encoder(EncoderConfig("r", "random_conv", False, {"width": 8, "resolution": 32, "seed": 4}, "cpu"))
     x = np.random.default_rng(0).random((6, 48, 48, 1), dtype=np.float32)
     np.testing.assert_array_equal(a(x), b(x))
     assert a(x).shape == (6, 64) and not np.allclose(a(x), c(x))
@@ -186,7 +186,7 @@ def test_embed_file_clips_and_frames(tmp_path, tiny_params):
     long = build_encoder(_cfg("i3d", tmp_path, clip_length=5, weights_sha256=file_sha256(ckpt)))
     with pytest.raises(WmevalError, match="a clip of 5 frames with stride 1 needs steps up to 5"):
         embed_file(path, long, str(tmp_path / "cache"), progress=False)
-    pix = build_encoder(EncoderConfig("pixel", "pixel", False, {"size": 4}))
+    pix = build_encoder(EncoderConfig("pixel", "pixel", False, {"resolution": 4}))
     frames_out, st = embed_file(path, pix, str(tmp_path / "cache"), progress=False)
     assert frames_out.num_rows == tables["s"].num_rows and st["rows"] == st["hits"] + st["embedded"]
     assert read_metadata_of(frames_out)["comparable_to_published"] is False

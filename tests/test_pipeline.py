@@ -156,3 +156,68 @@ def test_scorecard_html_renders_offline_in_chromium(project, tmp_path):
     assert cells and all('class="iv"' in c or c in ("n/a", "undefined") or c.startswith("∞") for c in cells), \
         [c for c in cells if 'class="iv"' not in c][:5]
     assert (artifacts / "scorecard_first_screen.png").exists()
+
+
+def _commit(project, message):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+    run([*git, "add", "-A"], project)
+    run([*git, "commit", "-qm", message, "--allow-empty"], project)
+
+
+def _blob_frames_and_dim(project):
+    t = pq.read_table(project / "data/rollouts/blobs/ground_truth.parquet", columns=["frame"])
+    f = pq.read_table(project / "data/features/pixel/blobs/ground_truth.parquet", columns=["embedding"])
+    return list(t.schema.field("frame").type.shape), f.schema.field("embedding").type.shape[0]
+
+
+def test_a_changed_resolution_param_changes_the_outputs(project):
+    """DVC's run cache leaves keys named size/nfiles out of its hash; ours are named frame_size and resolution, so a
+    changed value reruns the stages (dvc repro and dvc exp run -S), and a value seen before is restored correctly."""
+    wmeval = str(BIN / "wmeval")
+    _commit(project, "before sizes")
+    run([wmeval, "compose", "worlds.blobs.params.frame_size=32", "encoder.params.resolution=4"], project)
+    r = run([str(BIN / "dvc"), "repro"], project)
+    assert "Running stage 'features'" in r.stdout, r.stdout[-2000:]
+    assert _blob_frames_and_dim(project) == ([32, 32, 1], 16)
+    _commit(project, "sizes 32/4")
+    # dvc exp run composes conf/ with its -S overrides only (the compose overrides above are not in conf/).
+    run([str(BIN / "dvc"), "exp", "run", "-S", "worlds.blobs.params.frame_size=24"], project)
+    assert _blob_frames_and_dim(project) == ([24, 24, 1], 64)
+    run([str(BIN / "dvc"), "exp", "run", "-S", "encoder.params.resolution=2"], project)
+    assert _blob_frames_and_dim(project) == ([48, 48, 1], 4)
+    run([str(BIN / "dvc"), "exp", "run", "-S", "worlds.blobs.params.frame_size=32",      # seen before: the run
+         "-S", "encoder.params.resolution=4"], project)                                # cache restores 32 / 4
+    assert _blob_frames_and_dim(project) == ([32, 32, 1], 16)
+    assert run([wmeval, "audit", "blobs/stochastic/kid"], project).returncode == 0
+
+
+@pytest.mark.parametrize(("stage", "key", "value"), [
+    ("features", "worlds.blobs.params.frame_size", 40),
+    ("statistics", "encoder.params.resolution", 2),
+    ("statistics", "protocol.horizon", 4),
+    ("bootstrap", "scoring.prdc_k", 3),
+])
+def test_a_stage_refuses_inputs_made_with_other_params(project, stage, key, value):
+    """The second line of defence: inputs a cache restored for another configuration stop the stage (exit 2, the
+    key and both values named, nothing written), whichever cache lied."""
+    import hashlib
+
+    params = project / "params.yaml"
+    before = params.read_text()
+    raw = yaml.safe_load(before)
+    node = raw
+    for k in key.split(".")[:-1]:
+        node = node[k]
+    old, node[key.split(".")[-1]] = node[key.split(".")[-1]], value
+    outs = {"features": "data/features", "statistics": "data/stats", "bootstrap": "data/bootstrap"}[stage]
+    digest = {p: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted((project / outs).rglob("*")) if p.is_file()}
+    try:
+        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        r = run([sys.executable, f"stages/{stage}.py"], project, check=False)
+    finally:
+        params.write_text(before)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"{key} = {old!r}" in r.stderr and f"{key} = {value!r}" in r.stderr, r.stderr[-2000:]
+    assert "stale" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    after = {p: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted((project / outs).rglob("*")) if p.is_file()}
+    assert after == digest

@@ -10,7 +10,9 @@ out in ``n_clusters``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ from tqdm.auto import tqdm
 from wmeval.core.config import Params
 from wmeval.core.errors import WmevalError
 from wmeval.core.rng import make_rng
+from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.estimators.distributional import (
     Settings,
     fd_infinity_replicates,
@@ -234,7 +237,9 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
             # Bootstrap bias correction: 2 FD - mean(FD*), with the basic interval [2 FD - q_hi, 2 FD - q_lo]
             # of the plug-in replicates: the replicates shifted by -2 bias, reflected around the corrected
             # point by summarize(interval="basic"), give exactly that (and its paired differences and ranks).
-            bias = np.nanmean(r.values, axis=0) - point
+            with warnings.catch_warnings():       # a source without a defined replicate: NaN, not a warning
+                warnings.simplefilter("ignore", RuntimeWarning)
+                bias = np.nanmean(r.values, axis=0) - point
             rows += summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
                               r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
     return rows
@@ -278,6 +283,12 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
     if episodes.empty:
         raise WmevalError(f"{stats / 'episodes.parquet'}: no rows")
     protocol = json.loads((stats / "protocol.json").read_text())
+    check_made_with(stats / "protocol.json", protocol.get("scoring"), dataclasses.asdict(params.scoring), "scoring",
+                    subset=True)
+    for world in protocol["worlds"]:
+        fe = features / params.encoder.name / world / "ground_truth.parquet"
+        check_made_with(fe, read_metadata(fe).get("encoder_config"),
+                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params), "encoder")
     cache: dict[tuple[str, str], np.ndarray] = {}
 
     def counts_for(world: str, unit: str, n_resamples: int | None = None) -> np.ndarray:
@@ -308,7 +319,8 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
     protocol["bootstrap"] = {"n_resamples": boot.n_resamples, "confidence_level": boot.confidence_level,
                              "method": boot.method, "seed": boot.seed, "resampling_unit": "episode",
                              "paired": True, "n_resamples_distributional": boot.n_resamples_distributional,
-                             "n_resamples_fd_infinity": min(boot.n_resamples_fd_infinity, boot.n_resamples_distributional),
+                             "n_resamples_fd_infinity": min(boot.n_resamples_fd_infinity,
+                                                            boot.n_resamples_distributional),
                              "distributional": "FD replicates recompute moments from the resampled episodes' rows "
                                                "weighted by multiplicity; the plug-in FD interval is for a biased "
                                                "estimator (it falls with N); fd_bias_corrected and "

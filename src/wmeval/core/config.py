@@ -334,10 +334,35 @@ def _check_bootstrap(boot: BootstrapConfig, source: str) -> None:
 SECTIONS = ("worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring")
 
 
+#: Params keys DVC 3's run cache leaves out of a stage's hash at any depth (``dvc/stage/cache.py``:
+#: ``dict_sha256(..., exclude=[PARAM_SIZE, PARAM_NFILES])``): a changed value would restore cached outputs.
+DVC_UNHASHED_KEYS = ("size", "nfiles")
+
+
+def unhashed_keys(raw: Any, path: str = "") -> list[str]:
+    """Dotted paths of every mapping key named in :data:`DVC_UNHASHED_KEYS`, at any depth (lists included)."""
+    out = []
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            here = f"{path}.{k}" if path else str(k)
+            if k in DVC_UNHASHED_KEYS:
+                out.append(here)
+            out += unhashed_keys(v, here)
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            out += unhashed_keys(v, f"{path}[{i}]")
+    return out
+
+
 def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
+    bad = unhashed_keys(raw)
+    if bad:
+        raise ConfigError(f"{source}: {bad[0]}: a params key named {bad[0].rsplit('.', 1)[-1]!r} is left out of DVC's "
+                          "run-cache hash, so changing its value would return the previous run's outputs; rename "
+                          "it (wmeval uses e.g. frame_size, resolution)")
     allowed = set(SECTIONS)
     unknown = sorted(set(raw) - allowed)
     if unknown:

@@ -20,3 +20,7 @@ class ConfigError(WmevalError):
 
 class ModelOutputError(WmevalError):
     """A world model (built-in, adapter or imported) produced an invalid prediction."""
+
+
+class StaleInputError(WmevalError):
+    """An input table was made with other params than this run's: a cache (DVC's or ours) returned old outputs."""

@@ -230,10 +230,10 @@ class _FidPool3:
 
 def _pixel(cfg: EncoderConfig) -> Encoder:
     """Area-downsampled pixels, flattened: weight-free, for offline runs and tests."""
-    p = _params(cfg, {"size": 8})
-    size = p["size"]
+    p = _params(cfg, {"resolution": 8})
+    size = p["resolution"]
     if not isinstance(size, int) or size < 1:
-        raise ConfigError(f"params.yaml: encoder.params.size = {size!r}; expected a positive integer")
+        raise ConfigError(f"params.yaml: encoder.params.resolution = {size!r}; expected a positive integer")
     return Encoder(cfg.name, "pixel", None,
                    {"resize": "area", "size": [size, size], "antialias": "n/a (area averages)",
                     "value_range": [0.0, 1.0], "normalization": "none",
@@ -246,17 +246,17 @@ def _random_conv(cfg: EncoderConfig) -> Encoder:
     """A seeded random convolutional net: weight-free features with some spatial invariance."""
     import torch.nn.functional as F
 
-    p = _params(cfg, {"size": 64, "width": 32, "seed": 0})
+    p = _params(cfg, {"resolution": 64, "width": 32, "seed": 0})
     device = _device(cfg)
     net = random_conv_net(p["width"], p["seed"])
 
     def prep(frames: np.ndarray):
-        x = F.interpolate(_to_rgb_nchw(frames, device), size=(p["size"], p["size"]), mode="bilinear",
+        x = F.interpolate(_to_rgb_nchw(frames, device), size=(p["resolution"], p["resolution"]), mode="bilinear",
                           align_corners=False, antialias=False)
         return 2 * x - 1
 
     return Encoder(cfg.name, "random_conv", 8 * p["width"],
-                   {"resize": "bilinear", "size": [p["size"], p["size"]], "antialias": False,
+                   {"resize": "bilinear", "size": [p["resolution"], p["resolution"]], "antialias": False,
                     "value_range": [-1.0, 1.0], "normalization": "2x - 1",
                     "grayscale_to_rgb": "repeat channel", "init": f"seeded normal (He), seed {p['seed']}",
                     "width": p["width"]},
@@ -287,12 +287,12 @@ def _i3d(cfg: EncoderConfig) -> Encoder:
     import torch
 
     p = _params(cfg, {"weights_file": None, "weights_sha256": None, "clip_length": 16, "frame_stride": 1,
-                      "size": 224})
+                      "resolution": 224})
     spec = spec_for("i3d", p["weights_file"], p["weights_sha256"])
     path, sha = require(spec, weights_dir(cfg.weights_dir))
     device = _device(cfg)
     net = torch.jit.load(str(path), map_location=device).eval()
-    size = p["size"]
+    size = p["resolution"]
 
     def fn(clips: np.ndarray) -> np.ndarray:
         import torch.nn.functional as F

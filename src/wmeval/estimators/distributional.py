@@ -182,6 +182,15 @@ class _Embeddings:
         return Side(np.concatenate(xs), np.concatenate(eps).astype(np.int64), np.concatenate(sts).astype(str))
 
 
+def borrowed_clusters(side: Side, borrowed: np.ndarray) -> tuple[Side, np.ndarray]:
+    """A source whose episode e is built from episode ``borrowed[e]``'s state (a permutation): its rows of
+    episode e take cluster id ``borrowed[e]``, so that the bootstrap resamples them with the episode they
+    depend on most, and the returned link, for each cluster c, names the source's own episode e with
+    ``borrowed[e] = c`` (whose actions it shares), the reference cluster KID's cross term leaves out too."""
+    b = np.asarray(borrowed, dtype=np.int64)
+    return Side(side.x, b[side.episode], side.stratum), np.argsort(b)
+
+
 def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Table], views: Iterable[str],
               clip: bool, n_episodes: int, horizon: int, strata: str, action_bins: list[float],
               where: str, linked: dict[str, list[int] | None] | None = None
@@ -202,8 +211,6 @@ def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Tab
         if sorted(b.tolist()) != list(range(n_episodes)):
             raise WmevalError(f"{where}: model {s!r} declares borrowed_episodes {b.tolist()[:8]}...; expected a "
                               f"permutation of the {n_episodes} episodes")
-    # A source whose episode e is built from episode b[e]'s state is resampled with b[e] (its rows carry that
-    # cluster id); its own episode e, whose actions it shares, is then the linked cluster KID leaves out.
     links = {s: np.argsort(b) for s, b in borrowed.items()}
     rows = _Embeddings(truth, truth_emb, clip, n_episodes, horizon, strata, action_bins, where)
     out, skipped = {}, {}
@@ -217,7 +224,7 @@ def view_sets(truth: pa.Table, truth_emb: pa.Table, model_embs: dict[str, pa.Tab
         strata_names = sorted(set(ref.stratum.tolist()))
         sides = {s: rows.side(t, "open_loop", view, s) for s, t in model_embs.items()}
         for s, b in borrowed.items():
-            sides[s].episode = b[sides[s].episode]
+            sides[s], links[s] = borrowed_clusters(sides[s], b)
         out[view] = ViewSets(view, ref, sides, strata_names, links)
     return out, skipped
 
@@ -782,14 +789,18 @@ SET_METRICS = {"fd": "percentile", "fd_bias_corrected": "basic", "kid": "percent
 
 
 def _cluster_index(real_clusters: np.ndarray, fake_clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Both sides' cluster ids in one index space ``0..n-1``, and each cluster's resampling group:
-    ``paired`` (its id is on both sides: one episode, resampled together), ``real`` or ``fake`` (only there)."""
+    """Both sides' cluster ids in one index space ``0..n-1``, and each cluster's resampling group.
+
+    When the sides share any id, the design is paired: every cluster is an episode, resampled in one
+    group (``paired``), and an episode that one side lacks is still a unit (its rows count on the
+    side that has them). When they share none, each side is resampled on its own (``real``, ``fake``).
+    """
     ids, inverse = np.unique(np.concatenate([np.asarray(real_clusters), np.asarray(fake_clusters)]),
                              return_inverse=True)
     inv_r, inv_f = inverse[:len(real_clusters)], inverse[len(real_clusters):]
     on_r, on_f = np.zeros(len(ids), bool), np.zeros(len(ids), bool)
     on_r[inv_r], on_f[inv_f] = True, True
-    group = np.where(on_r & on_f, "paired", np.where(on_r, "real", "fake"))
+    group = (np.full(len(ids), "paired") if (on_r & on_f).any() else np.where(on_r, "real", "fake"))
     return inv_r, inv_f, group
 
 
@@ -807,8 +818,9 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
         real, fake: ``(n, d)`` and ``(m, d)`` embeddings.
         real_clusters, fake_clusters: ``(n,)`` and ``(m,)`` cluster ids (e.g. episode ids). Rows whose
             cluster id appears on both sides are one episode, resampled together (paired: a model's
-            predictions and the realized futures of the same episodes); ids on one side only are
-            resampled within that side, independently of the other.
+            predictions and the realized futures of the same episodes), and then every episode is
+            resampled in one group (an episode one side lacks still counts on the other); when the
+            sides share no id, each side is resampled independently of the other.
         metric: ``fd`` (plug-in, percentile interval; biased upward at finite N),
             ``fd_bias_corrected`` (``2 FD - mean FD*``, basic interval) or ``kid``
             (unbiased MMD^2 with the kernel ``(x.y / d + 1)^3``, percentile interval).

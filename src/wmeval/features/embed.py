@@ -80,8 +80,11 @@ class Caches:
 
 
 def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progress: bool = True,
-               caches: Caches | None = None) -> tuple[pa.Table, dict]:
-    """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and this file's cache counters."""
+               caches: Caches | None = None, made_with: dict | None = None) -> tuple[pa.Table, dict]:
+    """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and this file's cache counters.
+
+    ``made_with``: params recorded in the table's metadata (the stage records ``encoder_config``), which
+    the stages that read it check against theirs (:func:`wmeval.core.stale.check_made_with`)."""
     table = read_table(path, columns=[*KEY_COLUMNS, "frame"])
     where = f"{path.parent.name}/{path.name}"
     if encoder.clip:
@@ -102,7 +105,9 @@ def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progr
         if "dt" in src.get("world", {}) else None,
         "input": {"file": where, "sha256": file_sha256(path), "format": src.get("format")},
         "code": code_version("features"),
+        **(made_with or {}),
     }
     if emb.shape[0] == 0:
         emb = np.empty((0, encoder.dim or 0), np.float32)
     return with_metadata(keys.append_column("embedding", tensor_array(emb)), meta), stats
+

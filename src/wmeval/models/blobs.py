@@ -71,14 +71,14 @@ class BlobReferenceModel:
         p = np.zeros((n, offsets.size))
         p[:, horizon] = 1.0
         base = np.zeros(n)
-        frames = np.empty((n, horizon, w.size, w.size, 1), dtype=np.float64)
+        frames = np.empty((n, horizon, w.frame_size, w.frame_size, 1), dtype=np.float64)
         for t in range(horizon):
             base = base + d[:, t] * w.short_step
             up = d[:, t] > 0
             shifted = np.where(up[:, None], np.roll(p, 1, axis=1), np.roll(p, -1, axis=1))
             p = (1 - w.p_long) * p + w.p_long * shifted
             x = s0[:, 0:1] + base[:, None] + offsets[None] * (w.long_step - w.short_step)
-            imgs = render_blobs(x, np.broadcast_to(s0[:, 1:2], x.shape), w.size, w.sigma)
+            imgs = render_blobs(x, np.broadcast_to(s0[:, 1:2], x.shape), w.frame_size, w.sigma)
             frames[:, t] = np.einsum("nj,njhwc->nhwc", p, imgs.astype(np.float64))
         return np.clip(frames, 0.0, 1.0).astype(np.float32)
 
@@ -92,8 +92,8 @@ class BlobReferenceModel:
         logp = np.full(future.states.shape[:2], -np.inf)
         for long, p in ((False, 1 - w.p_long), (True, w.p_long)):
             pred = w.shift(prev, w.displacement(direction, np.full(prev.shape[:2], long)))
-            dx = np.abs(pred[..., 0] - future.states[..., 0]) % w.size
-            hit = (np.minimum(dx, w.size - dx) < 1e-6) & (np.abs(pred[..., 1] - future.states[..., 1]) < 1e-6)
+            dx = np.abs(pred[..., 0] - future.states[..., 0]) % w.frame_size
+            hit = (np.minimum(dx, w.frame_size - dx) < 1e-6) & (np.abs(pred[..., 1] - future.states[..., 1]) < 1e-6)
             with np.errstate(divide="ignore"):
                 logp = np.where(hit, np.logaddexp(logp, np.log(p)), logp)
         return logp

@@ -393,8 +393,8 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                  f"Gaussian features ({sets['datasets']} data sets of {sets['episodes']} episodes x "
                  f"{sets['frames_per_episode']} rows, d = {sets['dim']}, rho = {sets['rho']}, closed-form truth): "
                  f"bias-corrected FD (basic) covered {cells('fd_bias_corrected')}; KID (percentile) covered "
-                 f"{cells('kid')}. At a true 0 the intervals are conservative (the bootstrap over-disperses a "
-                 "statistic whose true value is on its boundary): a model is never declared different from a "
+                 f"{cells('kid')}. At a true 0 the intervals are conservative (both statistics are degenerate "
+                 "there, and the bootstrap over-disperses them): a model is rarely declared different from a "
                  "clone by chance, at the cost of power near 0.")
     return text
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from wmeval.core.config import Params, ScoringConfig
 from wmeval.core.errors import WmevalError
+from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.encoders.lpips_backbone import load_lpips
 from wmeval.estimators.distributional import Settings, point_estimates, view_sets
 from wmeval.metrics import PSNR_CAP_DB, REGISTRY
@@ -119,8 +120,26 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
     }
 
 
+def check_inputs(params: Params, world: str, rollouts: Path, features: Path) -> None:
+    """Stop unless every rollout and feature table of ``world`` was made with this run's params
+    (world, protocol, model entry, encoder): a cache that returned another configuration's outputs."""
+    entries = params.models[world].entries if world in params.models else {}
+    expected_world, protocol = dataclasses.asdict(params.worlds[world]), dataclasses.asdict(params.protocol)
+    for name in ["ground_truth", *entries]:
+        path = rollouts / world / f"{name}.parquet"
+        meta = read_metadata(path)
+        check_made_with(path, meta.get("world_config"), expected_world, f"worlds.{world}")
+        check_made_with(path, meta.get("protocol"), protocol, "protocol")
+        if name in entries:
+            check_made_with(path, meta.get("model_config"), dict(entries[name]), f"models.{world}.entries.{name}")
+        fe = features / params.encoder.name / world / f"{name}.parquet"
+        check_made_with(fe, read_metadata(fe).get("encoder_config"),
+                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params), "encoder")
+
+
 def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips_model: Any = None) -> WorldRows:
     """Every metric's long rows for one world, from its rollout and feature tables."""
+    check_inputs(params, world, rollouts, features)
     H, N, sc = params.protocol.horizon, params.protocol.n_episodes, params.scoring
     w = build_world(world, dataclasses.asdict(params.worlds[world]))
     gt_path = rollouts / world / "ground_truth.parquet"

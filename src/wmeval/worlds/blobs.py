@@ -44,14 +44,14 @@ class BlobWorld:
     """The blob world as a :class:`~wmeval.worlds.base.World`.
 
     Args:
-        size: canvas side in pixels (seed 000: 48).
+        frame_size: canvas side in pixels (seed 000: 48).
         sigma: blob radius in pixels (2.5).
         short_step, long_step: the two equally likely displacements, pixels.
         y_low, y_high: initial y is uniform in this range (constant afterwards).
     """
 
     name: str = "blobs"
-    size: int = 48
+    frame_size: int = 48
     sigma: float = 2.5
     short_step: float = 3.0
     long_step: float = 11.0
@@ -75,10 +75,10 @@ class BlobWorld:
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
-        return (self.size, self.size, 1)
+        return (self.frame_size, self.frame_size, 1)
 
     def initial_states(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        x = rng.uniform(0, self.size, size=n)
+        x = rng.uniform(0, self.frame_size, size=n)
         y = rng.uniform(self.y_low, self.y_high, size=n)
         return np.stack([x, y], axis=-1)
 
@@ -95,7 +95,7 @@ class BlobWorld:
         return rng.choice([-1.0, 1.0], size=(*shape, 1))
 
     def tasks(self) -> list[Task]:
-        size, target = self.size, self.target_x
+        size, target = self.frame_size, self.target_x
 
         def cost(s: np.ndarray) -> np.ndarray:
             d = np.abs(s[..., 0] - target) % size
@@ -112,15 +112,15 @@ class BlobWorld:
 
     def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
         """Brightest pixel of the target column: read from frames, so every model has one."""
-        col = int(round(self.target_x)) % self.size
+        col = int(round(self.target_x)) % self.frame_size
         if frames is not None:
             return np.asarray(frames, dtype=np.float64)[..., :, col, :].max(axis=(-2, -1))
         if states is None:
             return None
         # The same value from the state without rendering: the rendered column's peak.
-        grid = np.arange(self.size, dtype=np.float64)
-        dx = np.abs(col - states[..., 0]) % self.size
-        dx = np.minimum(dx, self.size - dx)
+        grid = np.arange(self.frame_size, dtype=np.float64)
+        dx = np.abs(col - states[..., 0]) % self.frame_size
+        dx = np.minimum(dx, self.frame_size - dx)
         gy = np.exp(-0.5 * ((grid - states[..., 1:2]) / self.sigma) ** 2).max(axis=-1)
         return np.exp(-0.5 * (dx / self.sigma) ** 2) * gy
 
@@ -128,8 +128,8 @@ class BlobWorld:
 
     def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Seed 000's declared event: the blob ends right of where it started (the short way round)."""
-        dx = (np.asarray(end)[..., 0] - np.asarray(start)[..., 0]) % self.size
-        return (dx > 1e-9) & (dx < self.size / 2)
+        dx = (np.asarray(end)[..., 0] - np.asarray(start)[..., 0]) % self.frame_size
+        return (dx > 1e-9) & (dx < self.frame_size / 2)
 
     def displacement(self, actions: np.ndarray, long: np.ndarray) -> np.ndarray:
         """Signed x displacement for ``(N, A)`` actions and boolean ``long`` ``(N,)``."""
@@ -138,7 +138,7 @@ class BlobWorld:
 
     def shift(self, states: np.ndarray, dx: np.ndarray) -> np.ndarray:
         out = np.array(states, dtype=np.float64, copy=True)
-        out[..., 0] = (out[..., 0] + dx) % self.size
+        out[..., 0] = (out[..., 0] + dx) % self.frame_size
         return out
 
     def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -148,18 +148,18 @@ class BlobWorld:
     def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``a - b`` with x taken the short way round the torus (state metrics use it)."""
         d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-        d[..., 0] = (d[..., 0] + self.size / 2) % self.size - self.size / 2
+        d[..., 0] = (d[..., 0] + self.frame_size / 2) % self.frame_size - self.frame_size / 2
         return d
 
     def render(self, states: np.ndarray) -> np.ndarray:
         states = np.asarray(states, dtype=np.float64)
-        return render_blobs(states[..., 0], states[..., 1], self.size, self.sigma)
+        return render_blobs(states[..., 0], states[..., 1], self.frame_size, self.sigma)
 
     nll_base_measure = "counting measure on each step's outcomes (short or long step): a mass, nats per step"
 
     @property
     def initial_states_text(self) -> str:
-        return f"x uniform on the {self.size}-px torus, y uniform in [{self.y_low}, {self.y_high}]"
+        return f"x uniform on the {self.frame_size}-px torus, y uniform in [{self.y_low}, {self.y_high}]"
 
     def describe(self) -> dict:
         d = asdict(self)
