@@ -12,6 +12,7 @@ from wmeval.core.config import load_params, world_dynamics
 from wmeval.core.runner import main
 from wmeval.rollouts import build_models, run_world
 from wmeval.rollouts.dynamics import dynamics_tables
+from wmeval.rollouts.inputs import check_declared, model_inputs, stage_deps
 from wmeval.tables import atomic_dir, write_table
 from wmeval.worlds import build_world
 
@@ -21,6 +22,10 @@ log = logging.getLogger("stages.rollouts")
 
 def run() -> None:
     params = load_params()
+    # A model's module and an imported model's files must be deps of this stage, or DVC misses their edits.
+    root = Path.cwd()
+    entries = {w: dict(params.models[w].entries) for w in params.worlds if w in params.models}
+    check_declared(model_inputs(entries, root), stage_deps(root), root)
     with atomic_dir(OUT) as tmp:
         for name, wcfg in params.worlds.items():
             world = build_world(name, dataclasses.asdict(wcfg))

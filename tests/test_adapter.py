@@ -204,6 +204,8 @@ def test_failed_rollouts_stage_exits_nonzero_and_writes_nothing(tmp_path, root):
         "import numpy as np\nfrom wmeval.models import Prediction\n"
         "class Bad:\n    def predict(self, h, a, k, rng):\n"
         "        return Prediction(frames=np.full((a.shape[0], k, a.shape[1], 48, 48, 1), 2.0))\n")
+    dvc = proj / "dvc.yaml"                       # the model's module is a declared dep of the rollouts stage
+    dvc.write_text(dvc.read_text().replace("      - stages/rollouts.py\n", "      - stages/rollouts.py\n      - badmodel.py\n", 1))
     r = subprocess.run([sys.executable, "stages/rollouts.py"], cwd=proj, capture_output=True, text=True,
                        env={**__import__("os").environ, "PYTHONPATH": str(proj)})
     assert r.returncode == 2, r.stderr
