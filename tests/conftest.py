@@ -56,3 +56,11 @@ def make_project(dest: Path, overrides: list[str]) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
     subprocess.run([*git, "commit", "-qm", "init"], cwd=dest, check=True)
     return dest
+
+
+def run_checked(cmd, cwd, env, check=True):
+    """Run a command; with ``check``, fail with the tail of its output when it exits non-zero."""
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r

@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import make_project
+from conftest import run_checked as _run
 
 from wmeval.core.config import compose_text
 from wmeval.core.errors import WmevalError
@@ -172,11 +172,6 @@ def _env(cache: Path) -> dict:
             "MKL_NUM_THREADS": "1"}
 
 
-def _run(cmd, cwd, env, check=True):
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 @pytest.mark.slow

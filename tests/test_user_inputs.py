@@ -1,13 +1,13 @@
 """A model's code and imported predictions are inputs of the rollouts stage: DVC must track them."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import make_project
+from conftest import run_checked as _run
 
 from wmeval.core.errors import WmevalError
 from wmeval.rollouts.inputs import check_declared, model_inputs, stage_deps
@@ -65,11 +65,6 @@ def test_stage_deps_reads_dvc_yaml(root):
     assert (root / "stages" / "rollouts.py").resolve() in deps and (root / "src/wmeval/models").resolve() in deps
 
 
-def _run(cmd, cwd, env, check=True):
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 @pytest.mark.slow
