@@ -26,9 +26,11 @@ def run() -> None:
     root = Path.cwd()
     entries = {w: dict(params.models[w].entries) for w in params.worlds if w in params.models}
     check_declared(model_inputs(entries, root), stage_deps(root), root)
+    # Every world is built (and its params checked) before anything runs.
+    worlds = {name: build_world(name, dataclasses.asdict(wcfg)) for name, wcfg in params.worlds.items()}
     with atomic_dir(OUT) as tmp:
         for name, wcfg in params.worlds.items():
-            world = build_world(name, dataclasses.asdict(wcfg))
+            world = worlds[name]
             entries = params.models[name].entries if name in params.models else {}
             models = build_models(world, entries)
             tables = run_world(wcfg, entries, params.protocol, world=world, models=models)

@@ -64,3 +64,12 @@ def run_checked(cmd, cwd, env, check=True):
     if check and r.returncode != 0:
         raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The reliability matrix's case count and pass count (tests/test_reliability.py), stated in the README."""
+    reports = [r for outcome in ("passed", "failed", "error") for r in terminalreporter.stats.get(outcome, [])
+               if "test_reliability.py" in getattr(r, "nodeid", "") and getattr(r, "when", "call") == "call"]
+    if reports:
+        passed = sum(r.passed for r in reports)
+        terminalreporter.write_line(f"reliability matrix: {passed} of {len(reports)} cases pass")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -138,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except WmevalError as e:
         print(f"wmeval: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader closed the pipe (`wmeval weights list | head -3`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -354,10 +354,28 @@ def unhashed_keys(raw: Any, path: str = "") -> list[str]:
     return out
 
 
+def bad_seeds(raw: Any, path: str = "") -> list[tuple[str, Any]]:
+    """``(dotted path, value)`` of every key named ``seed`` or ``*_seed`` whose value is not an integer >= 0
+    (numpy's generators refuse negative seeds, and would say so only after earlier stages had run)."""
+    out = []
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            here = f"{path}.{k}" if path else str(k)
+            if str(k) == "seed" or str(k).endswith("_seed"):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                    out.append((here, v))
+            else:
+                out += bad_seeds(v, here)
+    return out
+
+
 def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate a whole params mapping; raises :class:`ConfigError` naming the key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
+    seeds = bad_seeds(raw)
+    if seeds:
+        raise ConfigError(f"{source}: {seeds[0][0]} = {seeds[0][1]!r}; a seed must be an integer >= 0")
     bad = unhashed_keys(raw)
     if bad:
         raise ConfigError(f"{source}: {bad[0]}: a params key named {bad[0].rsplit('.', 1)[-1]!r} is left out of DVC's "
@@ -369,7 +387,8 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
     for key in sorted(allowed):
         if key not in raw:
-            raise ConfigError(f"{source}: section {key!r} is missing")
+            raise ConfigError(f"{source}: section {key!r} is missing or empty (an empty selection such as "
+                              f"{key}=[] leaves it out); select at least one")
     worlds = {k: parse_section(WorldConfig, v, f"{source}: worlds.{k}") for k, v in (raw["worlds"] or {}).items()}
     if not worlds:
         raise ConfigError(f"{source}: worlds is empty; select at least one world")

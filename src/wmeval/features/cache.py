@@ -140,7 +140,7 @@ class FeatureCache:
 
     def _quarantine(self, f: Path, why: str) -> None:
         self.stats.corrupt_shards += 1
-        log.warning("feature cache: shard %s is %s; moving it to corrupt/ and recomputing its rows", f, why)
+        log.warning("feature cache: shard %s: %s; moving it to corrupt/ and recomputing its rows", f, why)
         (self.dir / "corrupt").mkdir(exist_ok=True)
         try:
             os.replace(f, self.dir / "corrupt" / f.name)
