@@ -83,3 +83,103 @@ def test_closed_pipe_ends_the_cli_quietly():
 def test_a_killed_stages_temporary_folder_is_ignored_by_git(root):
     r = subprocess.run(["git", "check-ignore", "-q", "data/.features.tmp-abc123/x.parquet"], cwd=root)
     assert r.returncode == 0
+
+
+BAD_MODELS = '''
+import sys
+import numpy as np
+import torch
+from wmeval.models import Prediction
+
+
+class RaisesInInit:
+    def __init__(self):
+        raise RuntimeError("checkpoint not found")
+
+
+class Exits:
+    def predict(self, history, actions, num_samples, rng):
+        sys.exit(3)
+
+
+class BFloat16:
+    def predict(self, history, actions, num_samples, rng):
+        f = np.repeat(history.frames[:, None, -1:], actions.shape[1], axis=2)
+        return Prediction(frames=torch.from_numpy(f.astype(np.float32)).to(torch.bfloat16))
+'''
+
+#: (case, the model class, exit status, the message's words (None: the stage succeeds)).
+MODEL_CASES = [
+    ("model constructor raises", "RaisesInInit", 2,
+     r"models\.blobs\.entries\.m: badmodels\.RaisesInInit\(\.\.\.\) raised RuntimeError: checkpoint not found"),
+    ("sys.exit inside predict", "Exits", 2, r"model 'm' on world 'blobs': predict\(\) raised SystemExit: 3"),
+    ("bfloat16 tensor output", "BFloat16", 0, None),
+]
+
+
+@pytest.fixture(scope="module")
+def model_project(tmp_path_factory) -> Path:
+    proj = make_project(tmp_path_factory.mktemp("relm") / "proj",
+                        ["protocol=tiny", "dynamics=tiny", "worlds=[blobs]", "models=[blobs]"])
+    (proj / "badmodels.py").write_text(BAD_MODELS)
+    dvc = proj / "dvc.yaml"
+    dvc.write_text(dvc.read_text().replace("      - stages/rollouts.py\n", "      - stages/rollouts.py\n      - badmodels.py\n", 1))
+    return proj
+
+
+@pytest.mark.parametrize(("case", "cls", "status", "message"), MODEL_CASES, ids=[c[0] for c in MODEL_CASES])
+def test_a_misbehaving_model(model_project, case, cls, status, message):
+    import re
+    import shutil
+
+    proj = model_project
+    (proj / "params.yaml").write_text(compose_text(["protocol=tiny", "dynamics=tiny", "worlds=[blobs]", "models=[blobs]",
+                                                    f"+models.blobs.entries.m._target_=badmodels.{cls}"], proj))
+    r = subprocess.run([sys.executable, "stages/rollouts.py"], cwd=proj, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(proj)})
+    try:
+        assert r.returncode == status, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        if message is None:
+            assert (proj / "data" / "rollouts" / "blobs" / "m.parquet").is_file()
+        else:
+            assert re.search(message, r.stderr.strip().splitlines()[-1]), r.stderr[-2000:]
+            assert not (proj / "data" / "rollouts").exists()
+    finally:
+        shutil.rmtree(proj / "data", ignore_errors=True)
+
+
+def test_weights_dir_that_is_a_file(tmp_path):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "WMEVAL_WEIGHTS_DIR": str(tmp_path / "w")}
+    (tmp_path / "w").write_text("not a folder")
+    for action in ("list", "fetch"):
+        r = subprocess.run(["wmeval", "weights", action], capture_output=True, text=True, env=env)
+        assert r.returncode == 2 and "$WMEVAL_WEIGHTS_DIR names a file, not a folder" in r.stderr, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr
+
+
+def test_episodes_out_that_is_a_file(tmp_path):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    f = tmp_path / "existing.txt"
+    f.write_text("keep me")
+    r = subprocess.run(["wmeval", "episodes", "blobs", "--out", str(f)], capture_output=True, text=True, env=env,
+                       cwd=ROOT)
+    assert r.returncode == 2 and "exists and is not a folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    ({"format": "wmeval-imported-v1", "world": "blobs", "horizon": "three"}, "horizon = 'three'; expected a positive"),
+    ({"format": "wmeval-imported-v1", "world": "blobs", "horizon": 10, "stochastic": "yes"}, "stochastic = 'yes'"),
+], ids=["manifest horizon not an integer", "manifest stochastic not a boolean"])
+def test_imported_manifest_types(tmp_path, manifest, message):
+    import json
+
+    from wmeval.core.errors import ModelOutputError
+    from wmeval.models import ImportedModel
+    from wmeval.models.imported import FORMAT
+
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "format": FORMAT}))
+    with pytest.raises(ModelOutputError, match=message):
+        ImportedModel(str(tmp_path))

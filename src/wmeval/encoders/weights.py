@@ -55,15 +55,23 @@ WEIGHTS: dict[str, WeightsSpec] = {w.name: w for w in (
 
 
 def weights_dir(configured: str | None = None) -> Path:
-    """The weights directory: the config value, ``$WMEVAL_WEIGHTS_DIR``, or the user cache."""
-    if configured:
-        return Path(configured).expanduser()
-    env = os.environ.get("WMEVAL_WEIGHTS_DIR")
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_cache_dir
+    """The weights directory: the config value, ``$WMEVAL_WEIGHTS_DIR``, or the user cache.
 
-    return Path(user_cache_dir("wmeval")) / "weights"
+    A path that exists but is not a folder is an error naming where it came from (reporting the
+    weights as "missing" would send the user looking in the wrong place).
+    """
+    env = os.environ.get("WMEVAL_WEIGHTS_DIR")
+    if configured:
+        d, origin = Path(configured).expanduser(), "encoder.weights_dir"
+    elif env:
+        d, origin = Path(env).expanduser(), "$WMEVAL_WEIGHTS_DIR"
+    else:
+        from platformdirs import user_cache_dir
+
+        d, origin = Path(user_cache_dir("wmeval")) / "weights", "the default weights folder"
+    if d.exists() and not d.is_dir():
+        raise WmevalError(f"{d}: {origin} names a file, not a folder of weights files")
+    return d
 
 
 def spec_for(name: str, filename: str | None = None, sha256: str | None = None) -> WeightsSpec:

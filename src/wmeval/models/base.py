@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from wmeval.core.errors import ConfigError, ModelOutputError
+from wmeval.core.errors import ConfigError, ModelOutputError, WmevalError
 
 
 class History:
@@ -76,7 +76,10 @@ class WorldModel(Protocol):
 
 def _to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
-        x = x.detach().cpu().numpy()
+        t = x.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16" or str(t.dtype).startswith("torch.float8"):
+            t = t.float()                           # no numpy dtype: float32 holds every such value exactly
+        x = t.numpy()
     return np.asarray(x)
 
 
@@ -188,6 +191,10 @@ def build_model(world_name: str, model_name: str, cfg: dict[str, Any], world: An
         model = instantiate(cfg, _partial_=True)(**kwargs)
     except (InstantiationException, TypeError, ValueError) as e:
         raise ConfigError(f"params.yaml: {key}: could not instantiate {target}: {e}") from None
+    except WmevalError:     # already names the file or key (e.g. an imported model's manifest)
+        raise
+    except Exception as e:  # the user's constructor raised: name it, without Hydra's traceback
+        raise ConfigError(f"params.yaml: {key}: {target}(...) raised {type(e).__name__}: {e}") from None
     if not callable(getattr(model, "predict", None)) and not callable(getattr(model, "load", None)):
         raise ConfigError(f"params.yaml: {key}: {target} has no predict() method")
     return model

@@ -60,6 +60,12 @@ class ImportedModel:
             raise ModelOutputError(
                 f"{manifest_path}: world = {self.manifest['world']!r}, but it is configured "
                 f"under world {world.name!r}")
+        h = self.manifest["horizon"]
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+            raise ModelOutputError(f"{manifest_path}: horizon = {h!r}; expected a positive integer")
+        if not isinstance(self.manifest.get("stochastic", False), bool):
+            raise ModelOutputError(f"{manifest_path}: stochastic = {self.manifest['stochastic']!r}; expected "
+                                   "true or false")
         self.stochastic = bool(self.manifest.get("stochastic", False))
 
     def load(self, regime: str, plan: str, episodes: np.ndarray, horizon: int, num_samples: int,

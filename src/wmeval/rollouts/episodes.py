@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from wmeval.core.config import ProtocolConfig, WorldConfig
 from wmeval.core.digest import code_version
-from wmeval.core.errors import ConfigError, ModelOutputError
+from wmeval.core.errors import ConfigError, ModelOutputError, WmevalError
 from wmeval.core.rng import make_rng
 from wmeval.models.base import (
     History,
@@ -117,10 +117,10 @@ def _predict(model: Any, name: str, world: World, regime: str, plan: Plan, histo
         pred = model.predict(history, actions, samples, rng)
     except ModelOutputError:
         raise
-    except Exception as e:
+    except (Exception, SystemExit) as e:          # SystemExit: a model calling sys.exit() must not end the stage
         raise ModelOutputError(
             f"model {name!r} on world {world.name!r}: predict() raised {type(e).__name__}: {e} "
-            f"(regime {regime}, plan {plan.name})") from e
+            f"(regime {regime}, plan {plan.name})") from None
     return check_prediction(pred, n=len(eps.ids), samples=samples, horizon=horizon,
                             frame_shape=world.frame_shape, state_dim=world.state_dim,
                             where=f"model {name!r} on world {world.name!r} ({regime}, plan {plan.name})")
@@ -242,6 +242,8 @@ def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> N
     ``out/teacher_forced.npz``: the realized ``states`` (N, H + 1, D) and ``frames`` along
     the teacher-forced plan (realization 0); ``out/protocol.json``: the rest.
     """
+    if out.exists() and not out.is_dir():
+        raise WmevalError(f"{out}: exists and is not a folder; `wmeval episodes --out` writes a folder of files")
     world = build_world(wcfg.name, dataclasses.asdict(wcfg))
     eps = make_episodes(world, protocol)
     tf = eps.plan(protocol.teacher_forced_plan)
