@@ -12,6 +12,7 @@ from wmeval.core.config import load_params, world_dynamics
 from wmeval.core.runner import main
 from wmeval.rollouts import build_models, run_world
 from wmeval.rollouts.dynamics import dynamics_tables
+from wmeval.rollouts.episodes import check_memory
 from wmeval.rollouts.inputs import check_declared, model_inputs, stage_deps
 from wmeval.tables import atomic_dir, write_table
 from wmeval.worlds import build_world
@@ -28,6 +29,8 @@ def run() -> None:
     check_declared(model_inputs(entries, root), stage_deps(root), root)
     # Every world is built (and its params checked) before anything runs.
     worlds = {name: build_world(name, dataclasses.asdict(wcfg)) for name, wcfg in params.worlds.items()}
+    for name, world in worlds.items():
+        check_memory(world, params.protocol, len(params.models[name].entries) if name in params.models else 0)
     with atomic_dir(OUT) as tmp:
         for name, wcfg in params.worlds.items():
             world = worlds[name]

@@ -501,6 +501,17 @@ def hydra_settings(root: Path) -> dict[str, str]:
     }
 
 
+def _one_line(message: str, conf: Path) -> str:
+    """Hydra's multi-line composition error as one line: what failed, and the options there are."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    head = lines[0] if lines else message
+    group = re.search(r"'([\w/]+)/[^/']+'", head)
+    if group and (conf / group.group(1)).is_dir():
+        options = sorted(f.stem for f in (conf / group.group(1)).glob("*.yaml"))
+        head += f" (options in {group.group(1)}/: {', '.join(options)})"
+    return head
+
+
 def compose_text(overrides: list[str] | None = None, root: str | Path | None = None) -> str:
     """Compose ``conf/`` with Hydra ``overrides`` the way ``dvc exp run`` does; return the YAML."""
     from dvc.utils.hydra import compose_and_dump
@@ -515,5 +526,6 @@ def compose_text(overrides: list[str] | None = None, root: str | Path | None = N
             compose_and_dump(out, str(root / hs["config_dir"]), None, hs["config_name"],
                              str(root / hs["plugins_path"]), list(overrides or []))
         except (HydraException, OmegaConfBaseException) as e:
-            raise ConfigError(f"cannot compose {root / hs['config_dir']} with overrides {overrides or []}: {e}") from None
+            raise ConfigError(f"cannot compose {root / hs['config_dir']} with overrides {overrides or []}: "
+                              f"{_one_line(str(e), root / hs['config_dir'])}") from None
         return out.read_text(encoding="utf-8")

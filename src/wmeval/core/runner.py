@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from wmeval.core.errors import WmevalError
 
@@ -17,3 +20,24 @@ def main(body: Callable[[], None]) -> None:
     except WmevalError as e:
         print(f"wmeval: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:
+        message = disk_error(e)
+        if message is None:
+            raise
+        print(f"wmeval: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def disk_error(e: OSError) -> str | None:
+    """One line for a full, read-only or forbidden place to write (naming the path), else ``None``."""
+    where = e.filename or "an output"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        place = Path(where).absolute().parent
+        while not place.exists() and place != place.parent:  # a temporary folder is gone by now
+            place = place.parent
+        free = f"{shutil.disk_usage(place).free:,} bytes free on it"
+        return (f"no space left on the device writing {where} ({free}); free some space and re-run. "
+                "Outputs DVC removed before the stage ran come back with `dvc checkout`")
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"cannot write {where}: {e.strerror}; make it writable and re-run"
+    return None

@@ -23,10 +23,12 @@ the input (a frame or a clip) with its dtype and shape. Each shard holds
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -83,13 +85,16 @@ class FeatureCache:
     def __init__(self, root: Path, key: str, identity: dict[str, Any] | None = None) -> None:
         self.root, self.key = Path(root), key
         self.dir = self.root / key
-        self.dir.mkdir(parents=True, exist_ok=True)
-        ident = self.dir / "encoder.json"
-        if identity is not None and not ident.exists():
-            self._atomic_write(ident, json.dumps(identity, indent=2, sort_keys=True).encode())
         self.stats = CacheStats()
         self._index: dict[bytes, tuple[int, int]] | None = None
         self._files: list[Path] = []
+        self.writable = _open_folder(self.root, self.dir)
+        if not self.writable:
+            log.info("feature cache: %s is read-only; serving cached rows only", self.dir)
+            return
+        ident = self.dir / "encoder.json"
+        if identity is not None and not ident.exists():
+            self._atomic_write(ident, json.dumps(identity, indent=2, sort_keys=True).encode())
         self._sweep_temporaries()
 
     def _sweep_temporaries(self, older_than_s: float = 3600.0) -> None:
@@ -108,15 +113,24 @@ class FeatureCache:
         return FileLock(str(self.dir / ".lock"), timeout=600)
 
     def _atomic_write(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                free = shutil.disk_usage(self.dir).free
+                raise WmevalError(f"feature cache: no space left on the device of {self.dir} writing {path.name} "
+                                  f"({len(data):,} bytes needed, {free:,} free); free some space or set cache_dir "
+                                  "(or WMEVAL_CACHE_DIR) to a folder on another disk") from None
+            raise
         finally:
-            Path(tmp).unlink(missing_ok=True)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
 
     def _load_index(self) -> None:
         """Read every shard's keys once (verifying its sha256); embeddings are read on demand."""
@@ -140,6 +154,9 @@ class FeatureCache:
 
     def _quarantine(self, f: Path, why: str) -> None:
         self.stats.corrupt_shards += 1
+        if not self.writable:
+            log.warning("feature cache: shard %s: %s; the cache is read-only, so it is skipped", f, why)
+            return
         log.warning("feature cache: shard %s: %s; moving it to corrupt/ and recomputing its rows", f, why)
         (self.dir / "corrupt").mkdir(exist_ok=True)
         try:
@@ -181,6 +198,9 @@ class FeatureCache:
         self.stats.hits += len(keys) - len(missing)
         fresh: dict[bytes, np.ndarray] = {}
         todo = list(missing.items())
+        if todo and not self.writable:
+            raise WmevalError(f"feature cache: {self.dir} is read-only and {len(todo)} of {len(keys)} rows are not "
+                              "in it; make it writable, or set cache_dir (or WMEVAL_CACHE_DIR) to a writable folder")
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             idx = np.array([i for _, i in part])
@@ -226,6 +246,9 @@ class FeatureCache:
         """
         from filelock import FileLock
 
+        if not self.writable:
+            log.info("feature cache: %s is read-only; this run's counters are not recorded", self.dir)
+            return
         line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(),
                            "workspace": os.getcwd(), "experiment": os.environ.get("DVC_EXP_NAME"), **context})
         with FileLock(str(self.root / ".stats.lock"), timeout=600), \
@@ -237,6 +260,37 @@ class FeatureCache:
             totals = {k: int(old.get(k, 0)) + delta[k] for k in COUNTERS}
             totals["records"] = int(old.get("records", 0)) + 1
             self._atomic_write(self.dir / COUNTERS_FILE, json.dumps(totals, indent=2, sort_keys=True).encode())
+
+
+def _open_folder(root: Path, folder: Path) -> bool:
+    """Create ``folder`` if needed; whether files can be written in it (``False``: a read-only cache).
+
+    Raises:
+        WmevalError: ``root`` or ``folder`` is a file, or ``folder`` is missing and cannot be created.
+    """
+    for p in (root, folder):
+        if p.exists() and not p.is_dir():
+            raise WmevalError(f"feature cache: {p} is a file, not a folder; set cache_dir (or WMEVAL_CACHE_DIR) "
+                              "to a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except NotADirectoryError:
+        raise WmevalError(f"feature cache: a parent of {folder} is a file, not a folder; set cache_dir "
+                          "(or WMEVAL_CACHE_DIR) to a folder") from None
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise WmevalError(f"feature cache: cannot create {folder} ({e.strerror}); set cache_dir "
+                              "(or WMEVAL_CACHE_DIR) to a writable folder") from None
+        raise
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=folder)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return False
+        raise
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 #: Counters kept per encoder key in ``<root>/<key>/counters.json`` (cumulative over every run).

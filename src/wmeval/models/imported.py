@@ -67,6 +67,11 @@ class ImportedModel:
             raise ModelOutputError(f"{manifest_path}: stochastic = {self.manifest['stochastic']!r}; expected "
                                    "true or false")
         self.stochastic = bool(self.manifest.get("stochastic", False))
+        self.read: set[Path] = {manifest_path}
+
+    def unread_files(self) -> list[Path]:
+        """Files under the predictions folder that no load has read (after a run: files the protocol ignores)."""
+        return sorted(f for f in self.path.rglob("*") if f.is_file() and f not in self.read)
 
     def load(self, regime: str, plan: str, episodes: np.ndarray, horizon: int, num_samples: int,
              frame_shape: tuple[int, int, int] | None, state_dim: int | None) -> Prediction:
@@ -83,6 +88,7 @@ class ImportedModel:
             data = np.load(f, allow_pickle=False)
         except Exception as e:
             raise ModelOutputError(f"{f}: cannot be read as .npz: {e}") from None
+        self.read.add(f)
         with data:
             if "episode" not in data.files:
                 raise ModelOutputError(f"{f}: array 'episode' is missing (arrays: {data.files})")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,10 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
                                "not others; return states always or never")
     if progress is not None:
         progress.update()
+    if hasattr(model, "unread_files") and (unread := model.unread_files()):
+        shown = ", ".join(str(f.relative_to(model.path)) for f in unread[:5])
+        log.warning("model %r on world %r: %d file(s) in %s were not read (not a plan of this protocol): %s%s",
+                    name, world.name, len(unread), model.path, shown, ", ..." if len(unread) > 5 else "")
     meta = _metadata(world, wcfg, protocol, name, model_cfg, num_samples=samples,
                      stochastic=samples > 1 or bool(getattr(model, "stochastic", False)),
                      has_state=bool(has_state[0]), frames_rendered_from_states=bool(rendered[0]),
@@ -210,6 +215,39 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
                      borrowed_episodes=([int(e) for e in model.borrowed_episodes(n)]
                                         if hasattr(model, "borrowed_episodes") else None))
     return with_metadata(pa.concat_tables(tables, promote_options="default"), meta)
+
+
+def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
+    """A lower bound on the bytes one world's rollouts hold at once: every source's stored frames (ground truth
+    and ``n_models`` models, each plan's N x max(K, M) x (H + 1) frames) plus one plan's float64 rendering."""
+    n_plans = len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size")))
+    draws = max(protocol.num_samples, protocol.num_futures if world.stochastic else 1)
+    frames_per_plan = protocol.n_episodes * draws * (protocol.horizon + 1)
+    pixels = int(np.prod(world.frame_shape))
+    stored = (1 + n_models) * n_plans * frames_per_plan * pixels * (1 if protocol.frame_dtype == "uint8" else 4)
+    return stored + frames_per_plan * pixels * 8
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (``MemAvailable`` on Linux, else the physical memory)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(world: World, protocol: ProtocolConfig, n_models: int) -> None:
+    """Refuse, before anything runs, a protocol whose rollouts of ``world`` cannot fit in memory."""
+    need, have = memory_needed(world, protocol, n_models), available_memory()
+    if need > have:
+        raise ConfigError(
+            f"params.yaml: protocol: the rollouts of world {world.name!r} need at least {need / 2**30:,.1f} GiB of "
+            f"memory (n_episodes={protocol.n_episodes:,}, horizon={protocol.horizon}, K={protocol.num_samples}, "
+            f"frames {'x'.join(map(str, world.frame_shape))} {protocol.frame_dtype}, {1 + n_models} sources), "
+            f"and {have / 2**30:,.1f} GiB are available; lower protocol.n_episodes or horizon")
 
 
 def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:

@@ -153,7 +153,12 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def write_table(table: pa.Table, path: str | Path) -> None:
-    pq.write_table(table, path, compression="zstd")
+    try:
+        pq.write_table(table, path, compression="zstd")
+    except OSError as e:
+        if e.filename is None and e.errno is not None:  # Arrow's errors name no file: name it
+            raise OSError(e.errno, os.strerror(e.errno), str(path)) from e
+        raise
 
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
@@ -177,11 +182,13 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
 
     On any exception the temporary directory is removed and ``final`` is left
     absent (DVC removed the previous output before running the stage), so a
-    failed stage never leaves half-written outputs.
+    failed stage never leaves half-written outputs. The temporary name carries the writer's
+    process id; one whose process is gone (a killed run) is removed here.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    _sweep_orphans(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
     try:
         yield tmp
     except BaseException:
@@ -190,6 +197,25 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     if final.exists():
         shutil.rmtree(final) if final.is_dir() else final.unlink()
     os.replace(tmp, final)
+
+
+def _sweep_orphans(final: Path) -> None:
+    """Remove ``final``'s temporary siblings whose writing process no longer runs (SIGKILL, power loss)."""
+    for tmp in final.parent.glob(f".{final.name}.tmp-*"):
+        pid = tmp.name[len(f".{final.name}.tmp-"):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
