@@ -215,7 +215,8 @@ def _world_sets(params: Params, world: str, wp: dict, rollouts: Path, features: 
     clip = read_metadata(fe_dir / "ground_truth.parquet")["clip"] is not None
     linked = {m: read_metadata(rollouts / world / f"{m}.parquet").get("borrowed_episodes") for m in wp["models"]}
     sets, _ = view_sets(truth, truth_emb, embs, sc.views, clip, wp["n_episodes"], wp["horizon"], sc.strata,
-                        list(map(float, sc.action_bins)), str(fe_dir), linked)
+                        list(map(float, wp["distributional"].get("action_bins", sc.action_bins))), str(fe_dir),
+                        linked)
     return sets
 
 

@@ -45,18 +45,22 @@ class History:
     ``frames`` are rendered from ``states`` on first access when the caller passes a
     ``render`` function instead of frames (planning queries use this, so a
     state-based model never pays for rendering).
+
+    ``world_states`` are the world's own states of the context (``states`` unless the world keeps
+    handles, as a Gymnasium world does): only controls that roll the true world use them.
     """
 
-    __slots__ = ("_frames", "states", "actions", "_render")
+    __slots__ = ("_frames", "states", "actions", "_render", "world_states")
 
     def __init__(self, frames: np.ndarray | None = None, states: np.ndarray | None = None,
-                 actions: np.ndarray | None = None, render=None) -> None:
+                 actions: np.ndarray | None = None, render=None, world_states: np.ndarray | None = None) -> None:
         self._frames, self.states, self.actions, self._render = frames, states, actions, render
+        self.world_states = states if world_states is None else world_states
 
     @property
     def frames(self) -> np.ndarray | None:
-        if self._frames is None and self._render is not None and self.states is not None:
-            self._frames = self._render(self.states)
+        if self._frames is None and self._render is not None and self.world_states is not None:
+            self._frames = self._render(self.world_states)
         return self._frames
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmeval.core.errors import ModelOutputError
-from wmeval.worlds.base import rollout_states
+from wmeval.core.errors import ConfigError, ModelOutputError
+from wmeval.worlds.base import missing, observe, rollout_states
 
 from .base import History, Prediction
 
@@ -25,6 +25,9 @@ class ShuffledFuturesModel:
     observation_only = "an observation-layer control: shuffling across one state's queries is the true simulator"
 
     def __init__(self, world) -> None:
+        why = missing(world, "branch")
+        if why is not None:
+            raise ConfigError(f"shuffled rolls the true world from another episode's state, but {why}")
         self.world = world
         self.stochastic = bool(world.describe().get("stochastic", False))
 
@@ -39,13 +42,18 @@ class ShuffledFuturesModel:
 
     def predict(self, history: History, actions: np.ndarray, num_samples: int,
                 rng: np.random.Generator) -> Prediction:
-        if history.states is None:
+        if history.world_states is None:
             raise ModelOutputError("ShuffledFuturesModel needs the world's states in the history")
         n = actions.shape[0]
         if n < 2:
             raise ModelOutputError("ShuffledFuturesModel needs at least two episodes per call to shuffle")
-        s0 = history.states[self.borrowed_episodes(n), -1]                     # another episode's state
+        s0 = history.world_states[self.borrowed_episodes(n), -1]               # another episode's state
         s = np.repeat(s0[:, None], num_samples, axis=1).reshape(n * num_samples, -1)
         a = np.repeat(actions[:, None], num_samples, axis=1).reshape(n * num_samples, *actions.shape[1:])
         states = rollout_states(self.world, s, a, rng)[:, 1:]                 # (N * S, H, D)
-        return Prediction(states=states.reshape(n, num_samples, *states.shape[1:]))
+        shape = (n, num_samples, *states.shape[1:2])
+        if not hasattr(self.world, "observe"):  # the states are the observed states: rendered by the stage
+            return Prediction(states=states.reshape(*shape, -1))
+        frames, obs = self.world.render(states), observe(self.world, states)
+        return Prediction(frames=frames.reshape(*shape, *frames.shape[2:]),
+                          states=None if obs is None else obs.reshape(*shape, -1))

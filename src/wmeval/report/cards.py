@@ -154,7 +154,7 @@ def _no_selection(c: CardContext) -> dict[str, str]:
 def _views(c: CardContext) -> dict[str, str]:
     sc = c.sc
     return {"views and strata": (f"{sc.get('distributional', '')}; strata: {sc.get('strata')} "
-                                 f"(bins {sc.get('action_bins')}) with {sc.get('strata_weights')} weights; "
+                                 f"(bins {c.wp['distributional'].get('action_bins', sc.get('action_bins'))}) with {sc.get('strata_weights')} weights; "
                                  f"strata under {sc.get('min_stratum_count')} rows or with n <= d flagged, kept")}
 
 

@@ -616,6 +616,10 @@ def _dynamics_section(v: WorldView) -> None:
     """Seed 002's dynamics and control layers, with their curves."""
     doc, wp, iv, cols, calibrated, wcv, models = v.doc, v.wp, v.iv, v.cols, v.calibrated, v.wcv, v.models
     dyn = v.wp["dynamics"]
+    if dyn.get("not_applicable"):
+        doc.h(3, "Dynamics and control layers")
+        doc.p(f"Not applicable: {dyn['not_applicable']}.")
+        return
     if not cols["dynamics"]:
         return
     dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
@@ -663,10 +667,26 @@ def _task_section(v: WorldView) -> None:
     doc.table(metric_table(iv, models, cols["task"]))
 
 
+def _dynamics_lines(dyn: dict[str, Any]) -> list[str]:
+    """The dynamics protocol in words, or why the world has none."""
+    if dyn.get("not_applicable"):
+        return [f"- dynamics, control and probe layers: not applicable: {dyn['not_applicable']}"]
+    pairs = ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
+    tasks = "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items())
+    return [f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps ({dyn['n_random_plans']} "
+            f"random plan(s), the counterfactual pairs {pairs}, and the actions the planner picks with each model "
+            f"on `{next(iter(dyn['tasks']), 'n/a')}`)",
+            f"- planner: random shooting, {dyn['n_plans']} plans of {dyn['plan_horizon']} steps, replanned every "
+            f"step, acting in the real world; control: {dyn['control_episodes']} episodes of {dyn['control_steps']} "
+            f"steps per task; tasks: {tasks}",
+            f"- probes: {dyn['probe_horizon']} zero-action steps, windows {dyn['probe_windows']}, tolerance "
+            f"{dyn['probe_tolerance']}",
+            *[f"- `{m}` has no dynamics layers: {why}" for m, why in dyn["skipped"].items()]]
+
+
 def _protocol_section(v: WorldView) -> None:
     """The world's protocol, in words."""
     doc, world, wp = v.doc, v.world, v.wp
-    dyn = v.wp["dynamics"]
     doc.h(3, f"Protocol: {world}")
     lines = [f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), "
              f"horizon H = {wp['horizon']}",
@@ -676,16 +696,15 @@ def _protocol_section(v: WorldView) -> None:
              f"- realized futures M = {wp['num_futures']} per plan (errors average every (sample, future) pair); "
              "samples K: " + ", ".join(f"`{m}` {k}" for m, k in wp["models"].items()),
              f"- frames {wp['frame_shape']} stored as {wp['frame_dtype']}, data range L = 1; state metrics only for "
-             "models that output states (" + ", ".join(f"`{m}`" for m in wp["models_with_state"]) + ")",
-             f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps ({dyn['n_random_plans']} "
-             "random plan(s), the counterfactual pairs " + ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
-             + f", and the actions the planner picks with each model on `{next(iter(dyn['tasks']), 'n/a')}`)",
-             f"- planner: random shooting, {dyn['n_plans']} plans of {dyn['plan_horizon']} steps, replanned every "
-             f"step, acting in the real world; control: {dyn['control_episodes']} episodes of {dyn['control_steps']} "
-             "steps per task; tasks: " + "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items()),
-             f"- probes: {dyn['probe_horizon']} zero-action steps, windows {dyn['probe_windows']}, tolerance "
-             f"{dyn['probe_tolerance']}"]
-    lines += [f"- `{m}` has no dynamics layers: {why}" for m, why in dyn["skipped"].items()]
+             "models that output states (" + ", ".join(f"`{m}`" for m in wp["models_with_state"]) + ")"]
+    if wp.get("capabilities"):
+        lines.append("- the world can: " + ", ".join(wp["capabilities"]))
+    lines += _dynamics_lines(v.wp["dynamics"])
+    if not wp.get("outcome_event"):
+        lines.append(f"- event reliability: not applicable: {world} declares no binary outcome event")
+    if not v.cols.get("task"):
+        lines.append(f"- task signals: not applicable: {world}'s reward cannot be read from a prediction's frames or "
+                     "states")
     doc.md("\n".join(lines))
     doc.html("<ul>" + "".join(f"<li>{inline(x[2:])}</li>" for x in lines) + "</ul>")
 

@@ -42,6 +42,7 @@ from wmeval.rollouts.episodes import GROUND_TRUTH
 from wmeval.rollouts.planning import random_shooting_mpc
 from wmeval.tables import rollout_table, with_metadata
 from wmeval.worlds import Plan, World, rollout_states
+from wmeval.worlds.base import missing
 
 log = logging.getLogger(__name__)
 FORMAT = "wmeval-dynamics/1"
@@ -173,9 +174,36 @@ class _Queries:
             self.bar.update()
 
 
+def not_applicable(world: World) -> str | None:
+    """Why the state-level dynamics layers cannot run on ``world`` (``None``: they can).
+
+    They step the world from arbitrary states under many plans (branching) and compare states; a world whose
+    states are snapshot handles (a Gymnasium world) gives models its observations instead, which the state
+    queries do not yet translate.
+    """
+    why = missing(world, "branch", "state")
+    if why is None and hasattr(world, "observe"):
+        why = (f"{world.name}'s states are environment snapshots: the state-level queries (counterfactual pairs, "
+               "planner, probes, control) run on built-in simulators only in this version")
+    return why
+
+
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
                     protocol: ProtocolConfig, progress: bool = True) -> tuple[dict[str, pa.Table], dict[str, str]]:
-    """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out."""
+    """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out.
+
+    A world that cannot run them (see :func:`not_applicable`) gets one empty ground-truth table whose
+    metadata says why, so that every later stage and the scorecard say "not applicable" instead of nothing.
+    """
+    why = not_applicable(world)
+    if why is not None:
+        skipped = {name: f"not applicable: {why}" for name in models}
+        meta = {"format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
+                "dynamics": dataclasses.asdict(dyn), "num_futures": 0, "code": code_version("rollouts"),
+                "plans": {}, "counterfactual_pairs": [], "tasks": {}, "probes": {}, "skipped": skipped,
+                "not_applicable": why}
+        empty = pa.table({"world": pa.array([], pa.string())})
+        return {GROUND_TRUTH: with_metadata(empty, {**meta, "source": GROUND_TRUTH})}, skipped
     n, H = dyn.n_episodes, dyn.horizon
     s0 = world.initial_states(n, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
     plans = world.plans(n, H, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))

@@ -44,6 +44,7 @@ from wmeval.models.base import (
 )
 from wmeval.tables import rollout_table, with_metadata
 from wmeval.worlds import Plan, World, build_world, rollout_states
+from wmeval.worlds.base import capabilities, observe, true_reward
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,15 @@ def make_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
     n, H, seed = protocol.n_episodes, protocol.horizon, protocol.seed
     s0 = world.initial_states(n, make_rng(seed, world.name, "initial_states"))
     plans = world.plans(n, H, protocol.n_random_plans, make_rng(seed, world.name, "plans"))
-    m = protocol.num_futures if world.stochastic else 1
+    branch = "branch" in capabilities(world)
+    m = protocol.num_futures if world.stochastic and branch else 1
     realized = {}
     for p in plans:
+        # A world that cannot branch starts each plan afresh from the same initial states (same seeds).
+        start = s0 if branch or p is plans[0] else world.initial_states(
+            n, make_rng(seed, world.name, "initial_states"))
         realized[p.name] = np.stack(
-            [rollout_states(world, s0, p.actions, make_rng(seed, world.name, "future", p.name, j))
+            [rollout_states(world, start, p.actions, make_rng(seed, world.name, "future", p.name, j))
              for j in range(m)], axis=1)
     return Episodes(ids=np.arange(n), s0=s0, plans=plans, realized=realized)
 
@@ -99,10 +104,10 @@ def ground_truth_table(world: World, wcfg: WorldConfig, protocol: ProtocolConfig
         actions = np.concatenate([np.zeros_like(p.actions[:, :1]), p.actions], axis=1)
         tables.append(rollout_table(
             world=world.name, source=GROUND_TRUTH, regime="realized", plan=p.name, condition=p.condition,
-            episodes=eps.ids, t=np.arange(protocol.horizon + 1), frames=frames, states=states,
-            actions=actions, frame_dtype=protocol.frame_dtype, reward=world.reward(states, frames)))
+            episodes=eps.ids, t=np.arange(protocol.horizon + 1), frames=frames, states=observe(world, states),
+            actions=actions, frame_dtype=protocol.frame_dtype, reward=true_reward(world, states, frames)))
     meta = _metadata(world, wcfg, protocol, GROUND_TRUTH, None,
-                     num_futures=int(states.shape[1]),
+                     num_futures=int(states.shape[1]), capabilities=sorted(capabilities(world)),
                      plans={p.name: p.condition for p in eps.plans})
     return with_metadata(pa.concat_tables(tables), meta)
 
@@ -113,7 +118,7 @@ def _predict(model: Any, name: str, world: World, regime: str, plan: Plan, histo
     horizon = actions.shape[1]
     if getattr(model, "precomputed", False):
         return model.load(regime, plan.name, eps.ids, protocol.horizon, samples,
-                          world.frame_shape, world.state_dim)
+                          world.frame_shape, _state_dim(world))
     try:
         pred = model.predict(history, actions, samples, rng)
     except ModelOutputError:
@@ -123,12 +128,21 @@ def _predict(model: Any, name: str, world: World, regime: str, plan: Plan, histo
             f"model {name!r} on world {world.name!r}: predict() raised {type(e).__name__}: {e} "
             f"(regime {regime}, plan {plan.name})") from None
     return check_prediction(pred, n=len(eps.ids), samples=samples, horizon=horizon,
-                            frame_shape=world.frame_shape, state_dim=world.state_dim,
+                            frame_shape=world.frame_shape, state_dim=_state_dim(world),
                             where=f"model {name!r} on world {world.name!r} ({regime}, plan {plan.name})")
 
 
-def _frames(world: World, pred: Prediction) -> np.ndarray:
-    return pred.frames if pred.frames is not None else world.render(pred.states)
+def _state_dim(world: World) -> int | None:
+    return world.state_dim if "state" in capabilities(world) else None
+
+
+def _frames(world: World, pred: Prediction, name: str) -> np.ndarray:
+    if pred.frames is not None:
+        return pred.frames
+    if hasattr(world, "observe"):  # its states are handles: an observed state cannot be rendered
+        raise ModelOutputError(f"model {name!r} on world {world.name!r}: returned states only; this world renders "
+                               "only its own states, so a model must return frames")
+    return world.render(pred.states)
 
 
 def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfig, eps: Episodes, p: Plan,
@@ -138,14 +152,15 @@ def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfi
     ``(first prediction, frames, states)``."""
     if getattr(model, "precomputed", False):
         pred = _predict(model, name, world, "teacher_forced", p, h0, p.actions, samples, None, eps, protocol)
-        return pred, _frames(world, pred), pred.states
+        return pred, _frames(world, pred, name), pred.states
     steps = []
     for t in range(1, protocol.horizon + 1):
-        hist = History(frames=real_frames[:, :t], states=real[:, :t], actions=p.actions[:, :t - 1])
+        hist = History(frames=real_frames[:, :t], states=observe(world, real[:, :t]), actions=p.actions[:, :t - 1],
+                       world_states=real[:, :t])
         steps.append(_predict(model, name, world, "teacher_forced", p, hist, p.actions[:, t - 1:t],
                               samples, make_rng(protocol.seed, world.name, "model", name, "teacher_forced", t),
                               eps, protocol))
-    frames = np.concatenate([_frames(world, s) for s in steps], axis=2)
+    frames = np.concatenate([_frames(world, s, name) for s in steps], axis=2)
     states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
     return steps[0], frames, states
 
@@ -155,7 +170,8 @@ def _log_prob(model: Any, name: str, world: World, h0: History, p: Plan, real: n
     """The model's log density of the realized future ``(N, H)``, for a stochastic model that has one."""
     if not (getattr(model, "stochastic", False) and callable(getattr(model, "log_prob", None))):
         return None
-    future = History(frames=real_frames[:, 1:], states=real[:, 1:], actions=p.actions)
+    future = History(frames=real_frames[:, 1:], states=observe(world, real[:, 1:]), actions=p.actions,
+                     world_states=real[:, 1:])
     try:
         raw = model.log_prob(h0, p.actions, future)
     except NotImplementedError:
@@ -173,11 +189,12 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     n = len(eps.ids)
     d = world.state_dim
     tables, has_state, rendered = [], [], []
-    h0 = History(states=eps.s0[:, None], actions=np.zeros((n, 0, world.action_dim)), render=world.render)
+    h0 = History(states=observe(world, eps.s0[:, None]), actions=np.zeros((n, 0, world.action_dim)),
+                 render=world.render, world_states=eps.s0[:, None])
     for p in eps.plans:
         pred = _predict(model, name, world, "open_loop", p, h0, p.actions, samples,
                         make_rng(seed, world.name, "model", name, "open_loop", p.name), eps, protocol)
-        frames = _frames(world, pred)
+        frames = _frames(world, pred, name)
         tables.append(rollout_table(
             world=world.name, source=name, regime="open_loop", plan=p.name, condition=p.condition,
             episodes=eps.ids, t=np.arange(1, H + 1), frames=frames, states=pred.states,

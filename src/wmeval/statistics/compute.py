@@ -82,7 +82,10 @@ def _model_rows(out: WorldRows, w: World, name: str, path: Path, truth: pa.Table
 def _dynamics_rows(out: WorldRows, w: World, rollouts: Path, models: list[str]) -> dict[str, Any]:
     """Seed 002's dynamics layers of the ground truth and every model with state predictions."""
     gt = rollouts / w.name / "dynamics" / "ground_truth.parquet"
-    truth, meta = read_table(gt), read_metadata(gt)
+    meta = read_metadata(gt)
+    if meta.get("not_applicable"):
+        return meta
+    truth = read_table(gt)
     rows = [dynamics_contributions(w, "ground_truth", truth, truth, meta, str(gt))]
     for name in models:
         if name not in meta["skipped"]:
@@ -108,7 +111,9 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
         "baseline": params.models[w.name].baseline if w.name in params.models else None,
         "units": {"observation": N, "dynamics": dyn["n_episodes"], "control": dyn["control_episodes"]},
         "dynamics": {**dyn, "plans": dyn_meta["plans"], "counterfactual_pairs": dyn_meta["counterfactual_pairs"],
-                     "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"]},
+                     "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"],
+                     "not_applicable": dyn_meta.get("not_applicable")},
+        "capabilities": gt_meta.get("capabilities"),
         "reward": gt_meta["world"].get("reward"), "event": gt_meta["world"].get("event"),
         "outcome_event": getattr(w, "outcome_event_name", None),
         "nll": {"models": with_logp, "base_measure": w.nll_base_measure},
@@ -118,6 +123,12 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
             "skipped_views": skipped_views,
         },
     }
+
+
+def action_bins(world: World, sc: ScoringConfig) -> list[float]:
+    """The action strata's bin edges: the world's own where it declares them (a Gymnasium world's action
+    space), else ``scoring.action_bins`` (built for the built-in worlds' actions in [-1, 1])."""
+    return list(map(float, getattr(world, "action_bins", None) or sc.action_bins))
 
 
 def check_inputs(params: Params, world: str, rollouts: Path, features: Path) -> None:
@@ -160,8 +171,9 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
         with_state += [name] if meta["has_state"] else []
         with_logp += [name] if meta.get("has_logp") else []
     linked = {name: read_metadata(rollouts / world / f"{name}.parquet").get("borrowed_episodes") for name in entries}
+    bins = action_bins(w, sc)
     sets, skipped_views = view_sets(truth, truth_emb_all, model_embs, sc.views, out.encoder["clip"] is not None,
-                                    N, H, sc.strata, list(map(float, sc.action_bins)), str(fe_dir), linked)
+                                    N, H, sc.strata, bins, str(fe_dir), linked)
     if model_embs:
         pts, prdc_eps = point_estimates(world, sets, Settings.from_scoring(sc))
         out.distributional.append(pts)
@@ -169,6 +181,7 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     dyn_meta = _dynamics_rows(out, w, rollouts, list(entries))
     out.record = _world_record(params, w, truth, gt_meta, dyn_meta, models, with_state, with_logp, sets,
                                skipped_views)
+    out.record["distributional"]["action_bins"] = bins
     return out
 
 

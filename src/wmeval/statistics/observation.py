@@ -97,7 +97,7 @@ def frame_scores(world, source: str, model: pa.Table, truth: pa.Table, n_episode
         _rows(seqs, "best_of_k_mse", b.regime, b.plan, b.condition, curve[:, -1:], ok, [0])
         _rows(seqs, "best_of_k_curve", b.regime, b.plan, b.condition, curve,
               np.broadcast_to(ok, curve.shape), np.arange(1, k_all + 1))
-        if has_state and callable(getattr(world, "outcome_event", None)):
+        if has_state and getattr(world, "outcome_event_name", None):   # a world that declares an event
             start = dense(gb, "state", n_episodes, t_truth, where)[:, 0, 0]              # (N, D)
             fs = dense(mb, "state", n_episodes, t_model, where)[:, :, -1]                # (N, S, D)
             rs = dense(gb, "state", n_episodes, t_truth, where)[:, :, -1]                # (N, M, D)

@@ -112,6 +112,44 @@ class World(Protocol):
         """A JSON-serialisable description of every parameter (for file metadata)."""
 
 
+#: What a world can do. Every world produces ground-truth ``episodes``; ``branch``: a state can be stepped under
+#: several plans (counterfactual pairs, K realized futures, MPC in the real system, probes, oracle controls);
+#: ``state``: it exposes a low-dimensional state; ``stochastic``: its transitions are random.
+CAPABILITIES = ("episodes", "branch", "state", "stochastic")
+
+
+def capabilities(world: World) -> frozenset[str]:
+    """The world's declared capabilities (a world that declares none is a full simulator: its state array is
+    a low-dimensional state, any state can be stepped again)."""
+    caps = getattr(world, "capabilities", None)
+    if caps is not None:
+        return frozenset(caps)
+    return frozenset({"episodes", "branch", "state", *(("stochastic",) if world.stochastic else ())})
+
+
+def missing(world: World, *needed: str) -> str | None:
+    """``"<world> cannot <capability>"`` for the first capability in ``needed`` the world lacks, else ``None``."""
+    words = {"branch": "branch (restore a saved state and roll another plan from it)",
+             "state": "expose a low-dimensional state", "stochastic": "draw random transitions"}
+    caps = capabilities(world)
+    for c in needed:
+        if c not in caps:
+            return f"{world.name} cannot {words.get(c, c)}"
+    return None
+
+
+def observe(world: World, states: np.ndarray) -> np.ndarray | None:
+    """The observed state of world states (the states themselves unless the world keeps handles)."""
+    fn = getattr(world, "observe", None)
+    return states if fn is None else fn(states)
+
+
+def true_reward(world: World, states: np.ndarray, frames: np.ndarray) -> np.ndarray | None:
+    """The ground truth's per-step reward: the world's own record where it keeps one, else read from states/frames."""
+    fn = getattr(world, "true_reward", None)
+    return world.reward(states, frames) if fn is None else fn(states)
+
+
 def rollout_states(world: World, s0: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Roll the true world forward under ``actions`` ``(N, H, A)`` from ``s0`` ``(N, D)``.
 

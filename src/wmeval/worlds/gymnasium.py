@@ -1,0 +1,413 @@
+"""Any registered Gymnasium environment as a ground-truth world.
+
+The environment is stepped through its ``unwrapped`` core (wmeval's protocol sets the
+horizon, so no time-limit wrapper intervenes), rendered with ``render_mode="rgb_array"``
+and resized to the declared frame size with a declared filter. Episodes start from
+``reset(seed=s)`` with one seed per episode drawn from the protocol's stream, then
+``start_steps`` random-action steps (so that a game such as Pong is past its blank
+first frames).
+
+**States are handles.** The world's state array ``(N, 1)`` holds ids into a store of
+snapshots kept by the world object: each id remembers the environment's snapshot, the
+rendered frame, the observation and the reward of the step that led to it. Stepping an
+id restores its snapshot and steps the environment, so one state can be stepped under
+many plans (**branching**) where the backend can snapshot:
+
+* ALE (Atari): ``ale.cloneState()`` / ``ale.restoreState()``. Sticky actions
+  (``repeat_action_probability > 0``) make a restored state step differently on each
+  try, so they are refused: set ``env_kwargs.repeat_action_probability: 0``.
+* classic control (CartPole, Pendulum, MountainCar, Acrobot): the core's ``state``
+  attribute (and the few attributes its ``step`` reads besides).
+
+An environment with neither has no ``branch`` capability: each plan is then rolled
+from a fresh ``reset(seed=s)`` of the episode (which reproduces its start), and a
+state can be stepped only once. A low-dimensional ``Box`` observation (at most
+``max_state_dim`` numbers) is the world's ``state``; an image observation is not.
+
+After the environment terminates, an episode stays in its final state (an absorbing
+state: the same frame and observation, reward 0), so every plan has H steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wmeval.core.errors import WmevalError
+
+from .base import Plan, Probe, Task
+
+#: Attributes of a classic-control core that its ``step`` reads besides ``state``.
+CLASSIC_EXTRA = ("steps_beyond_terminated", "last_u")
+FILTERS = ("area", "bilinear", "bicubic", "nearest")
+
+
+@dataclass
+class _Snap:
+    frame: np.ndarray            # (H_img, W, C) uint8, resized
+    obs: np.ndarray | None       # the observed state, float64, or None
+    reward: float
+    done: bool
+    snapshot: Any                # backend snapshot, or a live env that sits at this state (no branch)
+    seed: int
+
+
+def _import_gymnasium():
+    # Headless rendering: pygame (classic control) needs no display or sound device for rgb_array.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    try:
+        import gymnasium as gym
+    except ImportError:
+        raise ValueError("the gymnasium world kind needs the gymnasium package: "
+                         "pip install 'gymnasium[classic-control]' ale-py") from None
+    try:  # Atari ids (ALE/...) are registered by ale-py
+        import ale_py
+
+        gym.register_envs(ale_py)
+    except ImportError:
+        pass
+    return gym
+
+
+@dataclass
+class GymnasiumWorld:
+    """A Gymnasium environment as a :class:`~wmeval.worlds.base.World`.
+
+    Args:
+        env_id: a registered id (``CartPole-v1``, ``Pendulum-v1``, ``ALE/Pong-v5``).
+        env_kwargs: keyword arguments of ``gymnasium.make``.
+        frame_height, frame_width: the stored frame size; ``None`` keeps the rendered size.
+        resize_filter: ``area``, ``bilinear``, ``bicubic`` or ``nearest`` (torchvision resize).
+        antialias: low-pass before down-sampling (bilinear and bicubic).
+        grayscale: store one luminance channel (ITU-R 601-2) instead of RGB.
+        frame_skip: each action is repeated this many times (rewards summed); the frame is the last one.
+        start_steps: random-action steps after ``reset`` before the context frame.
+        const_plans: the declared plans: ``all`` (one constant plan per discrete action, or the
+            low and high corners of a Box), or a list of action indices (Discrete) / vectors (Box).
+        counterfactual_pair: two entries of the declared plans' names; default the first two.
+        stochastic: declare the environment stochastic (its transition draws from
+            ``unwrapped.np_random``, reseeded from the protocol's stream before every step).
+        max_state_dim: the largest Box observation that counts as a low-dimensional state.
+        branch: ``auto`` (snapshot when the backend can) or ``none``.
+    """
+
+    name: str = "gymnasium"
+    env_id: str = "CartPole-v1"
+    env_kwargs: dict = field(default_factory=dict)
+    frame_height: int | None = None
+    frame_width: int | None = None
+    resize_filter: str = "area"
+    antialias: bool = True
+    grayscale: bool = False
+    frame_skip: int = 1
+    start_steps: int = 0
+    const_plans: Any = "all"
+    counterfactual_pair: list | None = None
+    stochastic: bool = False
+    max_state_dim: int = 64
+    branch: str = "auto"
+
+    reward_event_threshold = 0.0
+    outcome_event_name = None    # no declared binary event: the reliability layer is not applicable
+    nll_base_measure = "Lebesgue measure on frames in [0, 1] (a density, nats per step)"
+
+    def __post_init__(self) -> None:
+        for key in ("frame_height", "frame_width"):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 8):
+                raise ValueError(f"{key} must be an integer >= 8 or null, got {v!r}")
+        if self.resize_filter not in FILTERS:
+            raise ValueError(f"resize_filter must be one of {FILTERS}, got {self.resize_filter!r}")
+        for key in ("frame_skip", "start_steps"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "frame_skip" else 0):
+                raise ValueError(f"{key} must be an integer >= {1 if key == 'frame_skip' else 0}, got {v!r}")
+        if self.branch not in ("auto", "none"):
+            raise ValueError(f"branch must be 'auto' or 'none', got {self.branch!r}")
+        gym = _import_gymnasium()
+        try:
+            self._env = gym.make(self.env_id, render_mode="rgb_array", **dict(self.env_kwargs or {}))
+        except Exception as e:  # an unknown id, a missing extra, a bad kwarg
+            raise ValueError(f"gymnasium.make({self.env_id!r}, render_mode='rgb_array', "
+                             f"**{dict(self.env_kwargs or {})}) failed: {type(e).__name__}: {e}") from None
+        self._core = self._env.unwrapped
+        # The rendered size, from one reset (seed 0); a classic-control core has its state only after a reset.
+        self._native = self._core_render_after_reset()
+        self._backend = self._find_backend()
+        space = self._env.action_space
+        self._discrete = isinstance(space, gym.spaces.Discrete)
+        if self._discrete:
+            self.action_dim, self._n_actions = 1, int(space.n)
+        elif isinstance(space, gym.spaces.Box):
+            low, high = np.asarray(space.low, float).ravel(), np.asarray(space.high, float).ravel()
+            if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                raise ValueError(f"{self.env_id}: a Box action space needs finite bounds to draw random plans, "
+                                 f"got low {low}, high {high}")
+            self.action_dim, self._low, self._high = int(low.size), low, high
+        else:
+            raise ValueError(f"{self.env_id}: action space {space} is neither Discrete nor Box")
+        obs_space = self._env.observation_space
+        self._has_state = (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
+                           and 0 < obs_space.shape[0] <= self.max_state_dim)
+        self.state_dim = int(obs_space.shape[0]) if self._has_state else 0
+        self._store: list[_Snap] = []
+        self._plan_names = self._declared_plan_names()
+        pair = list(self.counterfactual_pair) if self.counterfactual_pair else self._plan_names[:2]
+        unknown = [p for p in pair if p not in self._plan_names]
+        if len(pair) != 2 or unknown:
+            raise ValueError(f"counterfactual_pair must name two declared plans {self._plan_names}, got {pair}")
+        self._pair = (pair[0], pair[1])
+        self._shape = (self.frame_height or self._native[0], self.frame_width or self._native[1],
+                       1 if self.grayscale else 3)
+
+    # ------------------------------------------------------------------ capabilities
+
+    def _find_backend(self) -> str | None:
+        if self.branch == "none":
+            return None
+        ale = getattr(self._core, "ale", None)
+        if ale is not None and hasattr(ale, "cloneState"):
+            if float(ale.getFloat("repeat_action_probability")) > 0:
+                raise ValueError(f"{self.env_id}: sticky actions (repeat_action_probability = "
+                                 f"{ale.getFloat('repeat_action_probability')}) make a restored state step "
+                                 "differently on each try; set env_kwargs.repeat_action_probability: 0")
+            return "ale"
+        if isinstance(getattr(self._core, "state", None), (np.ndarray, tuple, list)):
+            return "classic"
+        return None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        caps = {"episodes"}
+        if self._backend is not None:
+            caps.add("branch")
+        if self._has_state:
+            caps.add("state")
+        if self.stochastic:
+            caps.add("stochastic")
+        return frozenset(caps)
+
+    @property
+    def action_bins(self) -> list[float]:
+        """Distributional strata over the action behind each frame: one bin per discrete action, or three
+        equal bins over a Box's first component."""
+        if self._discrete:
+            return [i - 0.5 for i in range(self._n_actions + 1)]
+        return np.linspace(self._low[0], self._high[0], 4).tolist()
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        return self._shape
+
+    # ------------------------------------------------------------------ the store
+
+    def _snapshot(self, env) -> Any:
+        core = env.unwrapped
+        if self._backend == "ale":
+            return core.ale.cloneState()
+        if self._backend == "classic":
+            return {k: copy.deepcopy(getattr(core, k)) for k in ("state", *CLASSIC_EXTRA) if hasattr(core, k)}
+        return env  # no backend: the live env, usable once
+
+    def _restore(self, snap: _Snap):
+        if self._backend == "ale":
+            self._core.ale.restoreState(snap.snapshot)
+            return self._env
+        if self._backend == "classic":
+            for k, v in snap.snapshot.items():
+                setattr(self._core, k, copy.deepcopy(v))
+            return self._env
+        if snap.snapshot is None:
+            raise WmevalError(f"world {self.name!r} ({self.env_id}) cannot branch: a state was stepped twice "
+                             "(this environment has no snapshot backend)")
+        env, snap.snapshot = snap.snapshot, None
+        return env
+
+    def _frame(self, env) -> np.ndarray:
+        rgb = np.asarray(env.unwrapped.render())
+        return self._resize(rgb)
+
+    def _resize(self, rgb: np.ndarray) -> np.ndarray:
+        import torch
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2 import functional as F
+
+        img = torch.from_numpy(np.ascontiguousarray(rgb[..., :3])).permute(2, 0, 1)
+        if self.grayscale:
+            img = F.rgb_to_grayscale(img)
+        h, w = self.frame_height or img.shape[1], self.frame_width or img.shape[2]
+        if (h, w) != tuple(img.shape[1:]):
+            if self.resize_filter == "area":
+                x = torch.nn.functional.interpolate(img[None].float(), size=(h, w), mode="area")[0]
+                img = x.round().clamp(0, 255).to(torch.uint8)
+            else:
+                mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+                        "nearest": InterpolationMode.NEAREST}[self.resize_filter]
+                img = F.resize(img, [h, w], interpolation=mode, antialias=self.antialias)
+        return img.permute(1, 2, 0).numpy().copy()
+
+    def _core_render_after_reset(self) -> tuple[int, int]:
+        self._env.reset(seed=0)
+        return tuple(np.asarray(self._core.render()).shape[:2])
+
+    def _obs(self, obs: Any) -> np.ndarray | None:
+        return np.asarray(obs, dtype=np.float64).reshape(-1) if self._has_state else None
+
+    def _add(self, env, obs: Any, reward: float, done: bool, seed: int) -> float:
+        self._store.append(_Snap(self._frame(env), self._obs(obs), float(reward), bool(done),
+                                 self._snapshot(env), seed))
+        return float(len(self._store) - 1)
+
+    def _fresh_env(self):
+        if self._backend is not None:
+            return self._env
+        return _import_gymnasium().make(self.env_id, render_mode="rgb_array", **dict(self.env_kwargs or {}))
+
+    def _env_action(self, a: np.ndarray) -> Any:
+        if self._discrete:
+            return int(round(float(a[0])))
+        space = self._env.action_space
+        return np.clip(np.asarray(a, float), self._low, self._high).reshape(space.shape).astype(space.dtype)
+
+    # ------------------------------------------------------------------ the World protocol
+
+    def initial_states(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        seeds = rng.integers(0, 2**31 - 1, size=n)
+        out = np.empty((n, 1))
+        for i, seed in enumerate(seeds):
+            env = self._fresh_env()
+            obs, _ = env.reset(seed=int(seed))
+            act_rng = np.random.default_rng(int(seed))
+            done = False
+            for _ in range(self.start_steps):
+                if done:
+                    break
+                obs, _, term, trunc, _ = env.unwrapped.step(self._env_action(self.sample_actions(act_rng, ())))
+                done = bool(term)
+            out[i, 0] = self._add(env, obs, 0.0, done, int(seed))
+        return out
+
+    def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        out = np.empty((len(handles), 1))
+        for i, h in enumerate(handles):
+            snap = self._store[h]
+            if snap.done:
+                self._store.append(_Snap(snap.frame, snap.obs, 0.0, True, snap.snapshot, snap.seed))
+                out[i, 0] = len(self._store) - 1
+                continue
+            env = self._restore(snap)
+            if self.stochastic:
+                env.unwrapped.np_random = np.random.Generator(np.random.PCG64(int(rng.integers(2**63))))
+            total, done, obs = 0.0, False, None
+            for _ in range(self.frame_skip):
+                obs, r, term, _, _ = env.unwrapped.step(self._env_action(actions[i]))
+                total += float(r)
+                if term:
+                    done = True
+                    break
+            out[i, 0] = self._add(env, obs, total, done, snap.seed)
+        return out
+
+    def render(self, states: np.ndarray) -> np.ndarray:
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        frames = np.stack([self._store[h].frame for h in handles.ravel()]) if handles.size else \
+            np.empty((0, *self._shape), np.uint8)
+        return (frames.reshape(*handles.shape, *self._shape).astype(np.float32) / 255.0)
+
+    def observe(self, states: np.ndarray) -> np.ndarray | None:
+        """The observed low-dimensional state ``(..., D)`` of handles ``(..., 1)``; ``None`` without one."""
+        if not self._has_state:
+            return None
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        return np.stack([self._store[h].obs for h in handles.ravel()]).reshape(*handles.shape, self.state_dim)
+
+    def true_reward(self, states: np.ndarray) -> np.ndarray:
+        """The environment's reward of the step into each state ``(..., 1)`` (0 at the start)."""
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        return np.array([self._store[h].reward for h in handles.ravel()]).reshape(handles.shape)
+
+    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
+        """A prediction's reward cannot be read from its frames or observations: none."""
+        return None
+
+    def _declared_plan_names(self) -> list[str]:
+        return [name for name, _ in self._declared()]
+
+    def _declared(self) -> list[tuple[str, np.ndarray]]:
+        if self._discrete:
+            meanings = None
+            if hasattr(self._core, "get_action_meanings"):
+                meanings = list(self._core.get_action_meanings())
+            idx = range(self._n_actions) if self.const_plans == "all" else [int(i) for i in self.const_plans]
+            for i in idx:
+                if not 0 <= i < self._n_actions:
+                    raise ValueError(f"const_plans: action {i} is not in Discrete({self._n_actions})")
+            return [(meanings[i].lower() if meanings else f"a{i}", np.array([float(i)])) for i in idx]
+        if self.const_plans == "all":
+            return [("low", self._low.copy()), ("high", self._high.copy())]
+        out = []
+        for i, v in enumerate(self.const_plans):
+            v = np.asarray(v, float).ravel()
+            if v.size != self.action_dim:
+                raise ValueError(f"const_plans[{i}] has {v.size} numbers; the action space has {self.action_dim}")
+            out.append((f"const_{i}", v))
+        return out
+
+    def plans(self, n: int, horizon: int, n_random: int, rng: np.random.Generator) -> list[Plan]:
+        plans = [Plan(f"random_{i}", "random", self.sample_actions(rng, (n, horizon))) for i in range(n_random)]
+        for name, a in self._declared():
+            plans.append(Plan(name, name, np.broadcast_to(a, (n, horizon, self.action_dim)).copy()))
+        return plans
+
+    def sample_actions(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        if self._discrete:
+            return rng.integers(0, self._n_actions, size=(*shape, 1)).astype(np.float64)
+        return rng.uniform(self._low, self._high, size=(*shape, self.action_dim))
+
+    def tasks(self) -> list[Task]:
+        return []
+
+    def probes(self) -> list[Probe]:
+        return []
+
+    def counterfactual_pairs(self) -> list[tuple[str, str]]:
+        return [self._pair]
+
+    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+        """No declared event (``outcome_event_name`` is ``None``)."""
+        return None
+
+    def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+
+    @property
+    def initial_states_text(self) -> str:
+        extra = f", then {self.start_steps} random-action steps" if self.start_steps else ""
+        return f"{self.env_id} reset(seed=s), one seed per episode from the protocol seed{extra}"
+
+    def describe(self) -> dict:
+        import gymnasium
+
+        versions = {"gymnasium": gymnasium.__version__}
+        if self._backend == "ale":
+            import ale_py
+
+            versions["ale_py"] = ale_py.__version__
+        return {
+            "kind": "gymnasium", "name": self.name, "env_id": self.env_id, "env_kwargs": dict(self.env_kwargs or {}),
+            "frame_shape": list(self._shape), "rendered_shape": list(self._native),
+            "resize": {"filter": self.resize_filter, "antialias": self.antialias, "grayscale": self.grayscale},
+            "frame_skip": self.frame_skip, "start_steps": self.start_steps, "stochastic": self.stochastic,
+            "snapshot_backend": self._backend, "capabilities": sorted(self.capabilities),
+            "actions": ({"discrete": self._n_actions} if self._discrete
+                        else {"low": self._low.tolist(), "high": self._high.tolist()}),
+            "plans": self._declared_plan_names(), "counterfactual_pair": list(self._pair),
+            "reward": f"{self.env_id}'s own reward, summed over frame_skip (ground truth only)",
+            "event": None, "versions": versions,
+        }
