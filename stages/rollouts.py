@@ -13,7 +13,12 @@ from wmeval.core.runner import main
 from wmeval.rollouts import build_models, run_world
 from wmeval.rollouts.dynamics import dynamics_tables
 from wmeval.rollouts.episodes import check_memory
-from wmeval.rollouts.inputs import check_declared, model_inputs, stage_deps
+from wmeval.rollouts.inputs import (
+    check_declared,
+    model_inputs,
+    stage_deps,
+    world_inputs,
+)
 from wmeval.tables import atomic_dir, write_table
 from wmeval.worlds import build_world
 
@@ -26,7 +31,8 @@ def run() -> None:
     # A model's module and an imported model's files must be deps of this stage, or DVC misses their edits.
     root = Path.cwd()
     entries = {w: dict(params.models[w].entries) for w in params.worlds if w in params.models}
-    check_declared(model_inputs(entries, root), stage_deps(root), root)
+    worlds_cfg = {name: dataclasses.asdict(w) for name, w in params.worlds.items()}
+    check_declared({**model_inputs(entries, root), **world_inputs(worlds_cfg, root)}, stage_deps(root), root)
     # Every world is built (and its params checked) before anything runs.
     worlds = {name: build_world(name, dataclasses.asdict(wcfg)) for name, wcfg in params.worlds.items()}
     for name, world in worlds.items():

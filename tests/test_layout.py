@@ -13,6 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -319,7 +320,7 @@ def test_dvc_sees_an_edit_of_any_shared_layer_in_every_stage_that_imports_it(tmp
         assert all(f"src/wmeval/{layer}" in dep_paths(dvc["stages"][s]) for s in reaches)
 
 
-def test_every_declaration_is_known_to_its_reader():
+def test_every_declaration_is_known_to_its_reader(tmp_path):
     """Registry card fields and columns, and world attributes, are read by name: a typo must fail here,
     not in stage 3 or 5 after the earlier stages ran."""
     from wmeval.metrics import REGISTRY
@@ -332,7 +333,12 @@ def test_every_declaration_is_known_to_its_reader():
         for s in m.shown:
             assert s.section in TABLES, (m.name, s.section)
             assert set(re.findall(r"{(\w+)}", s.label + s.condition)) <= {"H", "Hd", "cf", "pair", "task", "view"}
+    from wmeval.worlds.dataset import write_dataset
+
+    write_dataset(tmp_path / "d.parquet", [{"frames": np.zeros((3, 8, 8, 1), np.uint8), "actions": np.zeros((2, 1))}],
+                  "a one-recording example")
+    needs = {"dataset": {"path": str(tmp_path / "d.parquet")}}      # a world kind that reads a file
     for kind, cls in WORLD_KINDS.items():
-        world = cls()
+        world = cls(**needs.get(kind, {}))
         assert isinstance(world, World), kind
         assert world.initial_states_text and world.nll_base_measure, kind

@@ -96,6 +96,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dataset(args: argparse.Namespace) -> int:
+    from wmeval.worlds.convert import from_minari, from_videos
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise WmevalError(f"{out}: exists; pass --force to replace it")
+    size = {"frame_height": args.frame_height, "frame_width": args.frame_width, "resize_filter": args.resize_filter}
+    if args.source == "minari":
+        n = from_minari(args.input, out, frame_key=args.frame_key, state_key=args.state_key, **size)
+    else:
+        n = from_videos(args.input, out, grayscale=args.grayscale, **size)
+    print(f"{out}: {n} recordings (wmeval-dataset/1); evaluate them with "
+          f"`wmeval compose 'worlds=[dataset]' 'models=[dataset]' worlds.dataset.params.path={out}`")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -122,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the lineage as JSON")
     a.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
     a.set_defaults(func=_cmd_audit)
+    d = sub.add_parser("dataset", help="convert recorded episodes (a Minari dataset, or a folder of videos with "
+                                       "action arrays) to wmeval's dataset format")
+    d.add_argument("source", choices=["minari", "videos"])
+    d.add_argument("input", help="minari: the dataset id (local, $MINARI_DATASETS_PATH); videos: the folder")
+    d.add_argument("--out", required=True, help="the Parquet file to write")
+    d.add_argument("--frame-height", type=int, help="resize frames to this height (default: as recorded)")
+    d.add_argument("--frame-width", type=int, help="resize frames to this width (default: as recorded)")
+    d.add_argument("--resize-filter", default="area", choices=["area", "bilinear", "bicubic", "nearest"])
+    d.add_argument("--grayscale", action="store_true", help="videos: keep one luma channel")
+    d.add_argument("--frame-key", default="pixels", help="minari: the dict observation entry holding frames")
+    d.add_argument("--state-key", default="state", help="minari: the dict observation entry holding the state")
+    d.add_argument("--force", action="store_true", help="replace an existing --out file")
+    d.set_defaults(func=_cmd_dataset)
     sw = sub.add_parser("sweep", help="collect the DVC experiments (`dvc exp show`) into a tidy table and a "
                                       "sweep report")
     sw.add_argument("--out", help="output directory (default: reports/sweep)")

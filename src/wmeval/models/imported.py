@@ -15,6 +15,13 @@ Each ``.npz`` holds
   ``states`` ``(N, S, H, D)``; ``S`` is 1 for a deterministic model and
   ``protocol.num_samples`` for a stochastic one.
 
+**Video predictions.** Video world models write videos: instead of a ``frames`` array, a plan's
+frames may be ``<regime>/<plan>/<episode>_<sample>.mp4`` (one video per episode id and sample,
+``H`` frames of the world's frame size), beside the ``.npz`` that still holds ``episode`` (and
+``states``, if any). ``manifest.json`` then declares ``"frame_rate"``. Each video is decoded
+with PyAV and checked against the manifest and the protocol: its frame count (H), its frame
+size and its frame rate; a mismatch is an error naming the file and both values.
+
 Open-loop step ``t`` predicts ``o_t`` from ``o_0`` and actions ``a_0..a_{t-1}``;
 teacher-forced step ``t`` predicts ``o_t`` from the realized ``o_0..o_{t-1}``.
 Everything is validated: a missing file or episode, a wrong horizon, shape,
@@ -122,10 +129,44 @@ class ImportedModel:
                 if event is None:
                     raise ModelOutputError(f"{f}: array {key!r} given, but the world has no {key}")
                 out[key] = check(arr, (len(ep), s, horizon, *event), f"{f}: array {key!r}")[order]
+            if out["frames"] is None and (self.path / regime / plan).is_dir():
+                if frame_shape is None:
+                    raise ModelOutputError(f"{self.path / regime / plan}: videos given, but the world has no frames")
+                out["frames"] = check_frames(self._videos(regime, plan, ep, s, horizon, frame_shape),
+                                             (len(ep), s, horizon, *frame_shape), f"{self.path / regime / plan}")[order]
             frames, states = out["frames"], out["states"]
             if frames is None and states is None:
                 raise ModelOutputError(f"{f}: neither 'frames' nor 'states' (arrays: {data.files})")
         return Prediction(frames=frames, states=states)
+
+
+    def _videos(self, regime: str, plan: str, episodes: np.ndarray, samples: int, horizon: int,
+                frame_shape: tuple[int, int, int]) -> np.ndarray:
+        """``(N, S, H, H_img, W, C)`` uint8 frames from ``<regime>/<plan>/<episode>_<sample>.mp4``."""
+        from wmeval.worlds.convert import read_video
+
+        rate = self.manifest.get("frame_rate")
+        manifest = self.path / "manifest.json"
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+            raise ModelOutputError(f"{manifest}: frame_rate = {rate!r}; video predictions need a positive "
+                                   "frame_rate in the manifest")
+        out = np.empty((len(episodes), samples, horizon, *frame_shape), np.uint8)
+        for i, e in enumerate(episodes):
+            for k in range(samples):
+                f = self.path / regime / plan / f"{int(e)}_{k}.mp4"
+                if not f.is_file():
+                    raise ModelOutputError(f"{f}: missing (episode {int(e)}, sample {k} of plan {plan!r}, {regime})")
+                self.read.add(f)
+                frames, got_rate = read_video(f, gray=frame_shape[2] == 1)
+                if len(frames) != horizon:
+                    raise ModelOutputError(f"{f}: {len(frames)} frames, but protocol.horizon = {horizon}")
+                if frames.shape[1:3] != tuple(frame_shape[:2]):
+                    raise ModelOutputError(f"{f}: frames are {frames.shape[1]}x{frames.shape[2]}, but the world's "
+                                           f"are {frame_shape[0]}x{frame_shape[1]}")
+                if abs(got_rate - float(rate)) > 1e-3 * float(rate):
+                    raise ModelOutputError(f"{f}: frame rate {got_rate:g}, but {manifest} declares {rate:g}")
+                out[i, k] = frames
+        return out
 
 
 def write_predictions(path: str | Path, world: str, horizon: int, stochastic: bool,

@@ -44,7 +44,7 @@ from wmeval.models.base import (
 )
 from wmeval.tables import rollout_table, with_metadata
 from wmeval.worlds import Plan, World, build_world, rollout_states
-from wmeval.worlds.base import capabilities, observe, true_reward
+from wmeval.worlds.base import capabilities, observe, teacher_forced_plan, true_reward
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
         if progress is not None:
             progress.update()
 
-    p = eps.plan(protocol.teacher_forced_plan)
+    p = eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))
     real = eps.realized[p.name][:, 0]  # (N, H + 1, D), realization 0
     real_frames = world.render(real)
     pred, tf_frames, tf_states = _teacher_forced(model, name, world, protocol, eps, p, h0, real, real_frames,
@@ -237,7 +237,8 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
 def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
     """A lower bound on the bytes one world's rollouts hold at once: every source's stored frames (ground truth
     and ``n_models`` models, each plan's N x max(K, M) x (H + 1) frames) plus one plan's float64 rendering."""
-    n_plans = len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size")))
+    n_plans = (world.n_plans(protocol.n_random_plans) if hasattr(world, "n_plans") else
+               len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size"))))
     draws = max(protocol.num_samples, protocol.num_futures if world.stochastic else 1)
     frames_per_plan = protocol.n_episodes * draws * (protocol.horizon + 1)
     pixels = int(np.prod(world.frame_shape))
@@ -279,7 +280,7 @@ def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: Protocol
     world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
     models = models if models is not None else build_models(world, models_cfg)
     eps = make_episodes(world, protocol)
-    eps.plan(protocol.teacher_forced_plan)  # fail early on a bad plan name
+    eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))  # fail early on a bad plan name
     out = {GROUND_TRUTH: ground_truth_table(world, wcfg, protocol, eps)}
     bar = tqdm(total=len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
                unit="rollout", disable=not progress)
@@ -301,14 +302,18 @@ def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> N
         raise WmevalError(f"{out}: exists and is not a folder; `wmeval episodes --out` writes a folder of files")
     world = build_world(wcfg.name, dataclasses.asdict(wcfg))
     eps = make_episodes(world, protocol)
-    tf = eps.plan(protocol.teacher_forced_plan)
+    tf = eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))
     out.mkdir(parents=True, exist_ok=True)
     (out / "plans").mkdir(exist_ok=True)
-    np.savez_compressed(out / "episodes.npz", episode=eps.ids, state=eps.s0, frame=world.render(eps.s0))
+    s0 = observe(world, eps.s0)          # a world with snapshot handles exports its observed state, if any
+    np.savez_compressed(out / "episodes.npz", episode=eps.ids, frame=world.render(eps.s0),
+                        **({} if s0 is None else {"state": s0}))
     for p in eps.plans:
         np.save(out / "plans" / f"{p.name}.npy", p.actions)
     real = eps.realized[tf.name][:, 0]
-    np.savez_compressed(out / "teacher_forced.npz", states=real, frames=world.render(real))
+    states = observe(world, real)
+    np.savez_compressed(out / "teacher_forced.npz", frames=world.render(real),
+                        **({} if states is None else {"states": states}))
     (out / "protocol.json").write_text(json.dumps({
         "world": world.name, "horizon": protocol.horizon, "num_samples": protocol.num_samples,
         "teacher_forced_plan": tf.name, "plans": {p.name: p.condition for p in eps.plans},

@@ -1,7 +1,7 @@
 """What the rollouts stage reads beyond wmeval itself, and the check that DVC tracks it.
 
-A model's code (the module file its ``_target_`` names) and an imported model's prediction
-files are inputs of the rollouts stage. Unless ``dvc.yaml`` lists them under the stage's
+A model's code (the module file its ``_target_`` names), an imported model's prediction
+files and a ``dataset`` world's recordings are inputs of the rollouts stage. Unless ``dvc.yaml`` lists them under the stage's
 ``deps``, DVC cannot see an edit to them and ``dvc repro`` would keep the old rollouts. The
 stage therefore refuses to run when an input inside the project is not covered by a dep (a
 dep naming the file or a folder above it), with the line to add.
@@ -55,6 +55,17 @@ def model_inputs(models: dict[str, Any], root: Path) -> dict[str, Path]:
             f = _module_file(target) if target else None
             if f is not None and package not in f.parents:
                 out[f"{key}._target_"] = f
+    return out
+
+
+def world_inputs(worlds: dict[str, dict[str, Any]], root: Path) -> dict[str, Path]:
+    """``{params key: path}`` of the files a world reads: a ``dataset`` world's recordings."""
+    out: dict[str, Path] = {}
+    for name, cfg in worlds.items():
+        path = (cfg.get("params") or {}).get("path") if cfg.get("kind") == "dataset" else None
+        if path:
+            p = Path(str(path))
+            out[f"worlds.{name}.params.path"] = (p if p.is_absolute() else root / p).resolve()
     return out
 
 

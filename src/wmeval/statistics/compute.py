@@ -32,6 +32,7 @@ from wmeval.tables import KEY_COLUMNS as KEYS
 from wmeval.tables import LONG_COLUMNS as COLUMNS
 from wmeval.tables import read_metadata, read_table, write_table
 from wmeval.worlds import World, build_world
+from wmeval.worlds.base import teacher_forced_plan
 
 
 def _summaries(curves: pd.DataFrame, dyn: dict) -> pd.DataFrame:
@@ -104,7 +105,7 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
     H, N, dyn = params.protocol.horizon, params.protocol.n_episodes, dyn_meta["dynamics"]
     return {
         "n_episodes": N, "horizon": H, "plans": gt_meta["plans"],
-        "teacher_forced_plan": params.protocol.teacher_forced_plan,
+        "teacher_forced_plan": teacher_forced_plan(w, params.protocol.teacher_forced_plan),
         "num_futures": gt_meta["num_futures"], "models": models, "models_with_state": with_state,
         "frame_shape": truth.column("frame").type.shape, "frame_dtype": gt_meta["frame_dtype"],
         "initial_states": w.initial_states_text, "world": gt_meta["world"],

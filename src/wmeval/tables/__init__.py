@@ -12,6 +12,7 @@ from .io import (
                  METADATA_KEY,
                  REGIMES,
                  atomic_dir,
+                 atomic_write_bytes,
                  atomic_write_text,
                  decode_frames,
                  encode_frames,
@@ -26,6 +27,6 @@ from .io import (
 from .long import LONG_COLUMNS, long_rows
 
 __all__ = ["Block", "blocks", "column_numpy", "dense", "select", "KEY_COLUMNS", "METADATA_KEY", "REGIMES",
-           "atomic_dir", "atomic_write_text", "decode_frames", "encode_frames", "read_metadata", "read_table",
-           "rollout_table", "tensor_array", "tensor_numpy", "with_metadata", "write_table", "LONG_COLUMNS",
+           "atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_frames", "encode_frames", "read_metadata",
+           "read_table", "rollout_table", "tensor_array", "tensor_numpy", "with_metadata", "write_table", "LONG_COLUMNS",
            "long_rows"]

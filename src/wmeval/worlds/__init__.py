@@ -8,10 +8,12 @@ from wmeval.core.errors import ConfigError
 
 from .base import Plan, World, rollout_states
 from .blobs import BlobWorld
+from .dataset import DatasetWorld
 from .gymnasium import GymnasiumWorld
 from .pendulum import PendulumWorld
 
-WORLD_KINDS: dict[str, type] = {"pendulum": PendulumWorld, "blobs": BlobWorld, "gymnasium": GymnasiumWorld}
+WORLD_KINDS: dict[str, type] = {"pendulum": PendulumWorld, "blobs": BlobWorld, "gymnasium": GymnasiumWorld,
+                               "dataset": DatasetWorld}
 
 
 def build_world(name: str, cfg: dict[str, Any]) -> World:
@@ -33,4 +35,4 @@ def build_world(name: str, cfg: dict[str, Any]) -> World:
         raise ConfigError(f"params.yaml: worlds.{name}.params: {e}") from None
 
 
-__all__ = ["BlobWorld", "GymnasiumWorld", "PendulumWorld", "Plan", "World", "WORLD_KINDS", "build_world", "rollout_states"]
+__all__ = ["BlobWorld", "DatasetWorld", "GymnasiumWorld", "PendulumWorld", "Plan", "World", "WORLD_KINDS", "build_world", "rollout_states"]

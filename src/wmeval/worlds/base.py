@@ -150,6 +150,12 @@ def true_reward(world: World, states: np.ndarray, frames: np.ndarray) -> np.ndar
     return world.reward(states, frames) if fn is None else fn(states)
 
 
+def teacher_forced_plan(world: World, configured: str) -> str:
+    """The plan the teacher-forced rows follow: the world's own where it has one plan only (recorded data),
+    else ``protocol.teacher_forced_plan``."""
+    return getattr(world, "teacher_forced_plan", None) or configured
+
+
 def rollout_states(world: World, s0: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Roll the true world forward under ``actions`` ``(N, H, A)`` from ``s0`` ``(N, D)``.
 

@@ -74,6 +74,37 @@ def _import_gymnasium():
     return gym
 
 
+def resize_frame(rgb: np.ndarray, height: int | None, width: int | None, resize_filter: str = "area",
+                 antialias: bool = True, grayscale: bool = False) -> np.ndarray:
+    """One ``(H, W, C)`` uint8 image to ``(height, width, 1 or 3)`` uint8 (``None`` keeps that side).
+
+    ``area`` is the block mean (``torch.nn.functional.interpolate(mode="area")``); ``bilinear``,
+    ``bicubic`` and ``nearest`` go through torchvision's resize (``antialias`` low-passes first).
+    ``grayscale`` is ITU-R 601-2 luma (torchvision).
+    """
+    import torch
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    if resize_filter not in FILTERS:
+        raise ValueError(f"resize_filter must be one of {FILTERS}, got {resize_filter!r}")
+    rgb = np.asarray(rgb)
+    rgb = rgb[..., None] if rgb.ndim == 2 else rgb
+    img = torch.from_numpy(np.ascontiguousarray(rgb[..., :3])).permute(2, 0, 1)
+    if grayscale and img.shape[0] == 3:
+        img = F.rgb_to_grayscale(img)
+    h, w = height or img.shape[1], width or img.shape[2]
+    if (h, w) != tuple(img.shape[1:]):
+        if resize_filter == "area":
+            x = torch.nn.functional.interpolate(img[None].float(), size=(h, w), mode="area")[0]
+            img = x.round().clamp(0, 255).to(torch.uint8)
+        else:
+            mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+                    "nearest": InterpolationMode.NEAREST}[resize_filter]
+            img = F.resize(img, [h, w], interpolation=mode, antialias=antialias)
+    return img.permute(1, 2, 0).numpy().copy()
+
+
 @dataclass
 class GymnasiumWorld:
     """A Gymnasium environment as a :class:`~wmeval.worlds.base.World`.
@@ -233,23 +264,8 @@ class GymnasiumWorld:
         return self._resize(rgb)
 
     def _resize(self, rgb: np.ndarray) -> np.ndarray:
-        import torch
-        from torchvision.transforms.v2 import InterpolationMode
-        from torchvision.transforms.v2 import functional as F
-
-        img = torch.from_numpy(np.ascontiguousarray(rgb[..., :3])).permute(2, 0, 1)
-        if self.grayscale:
-            img = F.rgb_to_grayscale(img)
-        h, w = self.frame_height or img.shape[1], self.frame_width or img.shape[2]
-        if (h, w) != tuple(img.shape[1:]):
-            if self.resize_filter == "area":
-                x = torch.nn.functional.interpolate(img[None].float(), size=(h, w), mode="area")[0]
-                img = x.round().clamp(0, 255).to(torch.uint8)
-            else:
-                mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
-                        "nearest": InterpolationMode.NEAREST}[self.resize_filter]
-                img = F.resize(img, [h, w], interpolation=mode, antialias=self.antialias)
-        return img.permute(1, 2, 0).numpy().copy()
+        return resize_frame(rgb, self.frame_height, self.frame_width, self.resize_filter, self.antialias,
+                            self.grayscale)
 
     def _core_render_after_reset(self) -> tuple[int, int]:
         self._env.reset(seed=0)
