@@ -194,3 +194,25 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions):
     # clipped): the calibration point sits where it was put
     tf = stats[(stats.metric == "pixel_mse") & (stats.regime == "teacher_forced") & (stats.source == "oracle-noise")]
     assert 0.3e-4 < tf.value.mean() <= 1.05e-4, tf.value.mean()
+
+
+def test_action_sensitivity_in_pixel_space_needs_no_state():
+    """Pong-like worlds have no state: action sensitivity is read from the protocol's counterfactual plans in pixel
+    space. The true future scores 1 exactly, an action-blind model 0, and noise adds spread (> 1)."""
+    from wmeval.statistics.observation import action_sensitivity_rows
+
+    w = cartpole()
+    models = {"persistence": {"_target_": "wmeval.models.PersistenceModel"},
+              "exact": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.0},
+              "noisy": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.05}}
+    tables = run_world(WorldConfig("cartpole", "gymnasium"), models, PROTO, progress=False, world=w)
+
+    def ratio(name):
+        df = action_sensitivity_rows("cartpole", name, tables[name], tables["ground_truth"], 3, 4, [("a0", "a1")],
+                                     "t")
+        assert set(df.condition) == {"a0 vs a1"} and (df.denominator > 0).all()
+        return df.value.sum() / df.denominator.sum()
+
+    assert ratio("exact") == pytest.approx(1.0, abs=1e-2)               # uint8 storage rounds the frames
+    assert ratio("persistence") == 0.0
+    assert ratio("noisy") > 1.5

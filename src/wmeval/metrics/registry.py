@@ -13,7 +13,8 @@ class Shown:
 
     ``label`` and ``condition`` are templates over the world's protocol: ``{H}`` (observation horizon),
     ``{Hd}`` (dynamics horizon), ``{cf}`` (counterfactual horizon); ``{pair}``, ``{task}`` and
-    ``{view}`` expand to one column per counterfactual pair, control task or distributional view.
+    ``{view}`` expand to one column per counterfactual pair, control task or distributional view;
+    ``{opair}`` to one per counterfactual pair the observation protocol rolled out (no state or branching needed).
 
     Attributes:
         section: the layer table (``observation``, ``image``, ``stochastic``, ``distributional``,
@@ -111,6 +112,16 @@ REGISTRY: dict[str, MetricInfo] = {
                                 headline=True),
                           Shown("dynamics", "rollout RMSE @{Hd}, planner's actions", condition="planner @t={Hd}",
                                 headline=True))),
+        MetricInfo("pixel_action_sensitivity", None, "ratio", "observation",
+                   "mean predicted pixel spread (L2 over the frame in [0, 1], steps 1..H) between the two plans of "
+                   "a counterfactual pair from the same o_0, over the mean real spread, from the observation "
+                   "protocol's open-loop rows; needs no state: 1 is ideal, 0 means the action is ignored",
+                   aggregate="ratio", target=1.0, card=("frames",),
+                   shown=(Shown("observation", "action sensitivity, pixels ({opair})", condition="{opair}"),)),
+        MetricInfo("feature_action_sensitivity", None, "ratio", "observation",
+                   "the same spread ratio in the encoder's feature space (L2 over the embedding, steps 1..H)",
+                   aggregate="ratio", target=1.0, card=("encoder",),
+                   shown=(Shown("observation", "action sensitivity, features ({opair})", condition="{opair}"),)),
         MetricInfo("action_sensitivity", None, "ratio", "dynamics",
                    "mean predicted one-step spread between the two actions of a counterfactual pair over "
                    "the mean real spread (seed 002 layer 4); 1 is ideal, 0 means the action is ignored",

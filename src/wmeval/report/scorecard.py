@@ -130,7 +130,7 @@ def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column
     values = {"H": wp["horizon"], "Hd": dyn["horizon"], "cf": dyn["counterfactual_horizon"]}
     views = list(wp.get("distributional", {}).get("views", {}))
     lists = {"pair": [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]], "task": list(dyn["tasks"]),
-             "view": views}
+             "view": views, "opair": [f"{a} vs {b}" for a, b in wp.get("counterfactual_pairs", [])]}
     out: dict[str, list[tuple]] = {s: [] for s in SECTIONS}
     heads: set[Column] = set()
     for info in REGISTRY.values():

@@ -22,6 +22,7 @@ from wmeval.statistics.dynamics_layers import (
     task_signal_contributions,
 )
 from wmeval.statistics.observation import (
+    action_sensitivity_rows,
     frame_scores,
     nll_rows,
     sequence_episode_values,
@@ -77,6 +78,8 @@ def _model_rows(out: WorldRows, w: World, name: str, path: Path, truth: pa.Table
     out.sequences.append(seqs.to_pandas())
     out.episodes.append(nll_rows(w.name, name, table, N, H, str(path)))
     out.episodes.append(task_signal_contributions(w, name, table, truth, N, H, str(path)))
+    out.episodes.append(action_sensitivity_rows(w.name, name, table, truth, N, H, observed_pairs(w, truth), str(path),
+                                                emb, truth_emb))
     return meta
 
 
@@ -124,6 +127,12 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
             "skipped_views": skipped_views,
         },
     }
+
+
+def observed_pairs(world: World, truth: pa.Table) -> list[tuple[str, str]]:
+    """The world's counterfactual pairs whose two plans the observation protocol rolled out."""
+    plans = set(truth.column("plan").unique().to_pylist())
+    return [(a, b) for a, b in world.counterfactual_pairs() if a in plans and b in plans]
 
 
 def action_bins(world: World, sc: ScoringConfig) -> list[float]:
@@ -183,6 +192,7 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     out.record = _world_record(params, w, truth, gt_meta, dyn_meta, models, with_state, with_logp, sets,
                                skipped_views)
     out.record["distributional"]["action_bins"] = bins
+    out.record["counterfactual_pairs"] = [list(p) for p in observed_pairs(w, truth)]
     return out
 
 

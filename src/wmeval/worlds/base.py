@@ -150,6 +150,32 @@ def true_reward(world: World, states: np.ndarray, frames: np.ndarray) -> np.ndar
     return world.reward(states, frames) if fn is None else fn(states)
 
 
+class ExternalWorld:
+    """Shared defaults of worlds wmeval did not write (an environment, recordings): no declared control task,
+    probe or binary event, and states compared by plain differences."""
+
+    outcome_event_name = None            # no declared binary event: the reliability layer is not applicable
+    reward_event_threshold = 0.0
+    nll_base_measure = "Lebesgue measure on frames in [0, 1] (a density, nats per step)"
+
+    def tasks(self) -> list[Task]:
+        return []
+
+    def probes(self) -> list[Probe]:
+        return []
+
+    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+        """No declared event (``outcome_event_name`` is ``None``)."""
+        return None
+
+    def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+
+    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
+        """A prediction's reward cannot be read from its frames or observed states: none."""
+        return None
+
+
 def teacher_forced_plan(world: World, configured: str) -> str:
     """The plan the teacher-forced rows follow: the world's own where it has one plan only (recorded data),
     else ``protocol.teacher_forced_plan``."""

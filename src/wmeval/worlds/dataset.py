@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from wmeval.core.errors import WmevalError
 
-from .base import Plan, Probe, Task
+from .base import ExternalWorld, Plan
 
 FORMAT = "wmeval-dataset/1"
 PLAN = "recorded"
@@ -80,7 +80,7 @@ def write_dataset(path: str | Path, episodes: list[dict[str, np.ndarray]], sourc
 
 
 @dataclass
-class DatasetWorld:
+class DatasetWorld(ExternalWorld):
     """Recorded episodes (``wmeval-dataset/1``) as a :class:`~wmeval.worlds.base.World`.
 
     Args:
@@ -93,10 +93,7 @@ class DatasetWorld:
     start_step: int = 0
 
     stochastic = False
-    reward_event_threshold = 0.0
-    outcome_event_name = None
     teacher_forced_plan = PLAN
-    nll_base_measure = "Lebesgue measure on frames in [0, 1] (a density, nats per step)"
 
     def __post_init__(self) -> None:
         if isinstance(self.start_step, bool) or not isinstance(self.start_step, int) or self.start_step < 0:
@@ -204,27 +201,11 @@ class DatasetWorld:
             return None
         return self._rewards[np.asarray(states)[..., 0].astype(np.int64)]
 
-    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
-        return None
-
     def sample_actions(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         raise WmevalError(f"world {self.name!r}: recorded data has no action space to draw from")
 
-    def tasks(self) -> list[Task]:
-        return []
-
-    def probes(self) -> list[Probe]:
-        return []
-
     def counterfactual_pairs(self) -> list[tuple[str, str]]:
         return []
-
-    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
-        """No declared event (``outcome_event_name`` is ``None``)."""
-        return None
-
-    def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
 
     @property
     def initial_states_text(self) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 
 from wmeval.core.errors import WmevalError
 
-from .base import Plan, Probe, Task
+from .base import ExternalWorld, Plan
 
 #: Attributes of a classic-control core that its ``step`` reads besides ``state``.
 CLASSIC_EXTRA = ("steps_beyond_terminated", "last_u")
@@ -106,7 +106,7 @@ def resize_frame(rgb: np.ndarray, height: int | None, width: int | None, resize_
 
 
 @dataclass
-class GymnasiumWorld:
+class GymnasiumWorld(ExternalWorld):
     """A Gymnasium environment as a :class:`~wmeval.worlds.base.World`.
 
     Args:
@@ -143,9 +143,6 @@ class GymnasiumWorld:
     max_state_dim: int = 64
     branch: str = "auto"
 
-    reward_event_threshold = 0.0
-    outcome_event_name = None    # no declared binary event: the reliability layer is not applicable
-    nll_base_measure = "Lebesgue measure on frames in [0, 1] (a density, nats per step)"
 
     def __post_init__(self) -> None:
         for key in ("frame_height", "frame_width"):
@@ -348,10 +345,6 @@ class GymnasiumWorld:
         handles = np.asarray(states)[..., 0].astype(np.int64)
         return np.array([self._store[h].reward for h in handles.ravel()]).reshape(handles.shape)
 
-    def reward(self, states: np.ndarray | None, frames: np.ndarray | None) -> np.ndarray | None:
-        """A prediction's reward cannot be read from its frames or observations: none."""
-        return None
-
     def _declared_plan_names(self) -> list[str]:
         return [name for name, _ in self._declared()]
 
@@ -386,21 +379,8 @@ class GymnasiumWorld:
             return rng.integers(0, self._n_actions, size=(*shape, 1)).astype(np.float64)
         return rng.uniform(self._low, self._high, size=(*shape, self.action_dim))
 
-    def tasks(self) -> list[Task]:
-        return []
-
-    def probes(self) -> list[Probe]:
-        return []
-
     def counterfactual_pairs(self) -> list[tuple[str, str]]:
         return [self._pair]
-
-    def outcome_event(self, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
-        """No declared event (``outcome_event_name`` is ``None``)."""
-        return None
-
-    def state_delta(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
 
     @property
     def initial_states_text(self) -> str:
