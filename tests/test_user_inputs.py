@@ -29,6 +29,8 @@ def _user_project(tmp_path: Path, monkeypatch) -> Path:
     (tmp_path / "mymodels" / "still_model.py").write_text(USER_MODEL)
     (tmp_path / "preds").mkdir()
     (tmp_path / "preds" / "manifest.json").write_text("{}")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "net.pt").write_bytes(b"weights")
     monkeypatch.syspath_prepend(str(tmp_path / "mymodels"))
     return tmp_path
 
@@ -37,10 +39,14 @@ def test_user_modules_and_imported_paths_are_inputs(tmp_path, monkeypatch):
     root = _user_project(tmp_path, monkeypatch)
     entries = {"blobs": {"mine": {"_target_": "still_model.Still"},
                          "imp": {"_target_": "wmeval.models.ImportedModel", "path": "preds"},
-                         "ref": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "mean"}}}
+                         "ref": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "mean"},
+                         "trained": {"_target_": "still_model.Still", "checkpoint": "ckpt/net.pt", "note": "ckpt/x"}}}
     got = model_inputs(entries, root)
+    # "mode": "mean" and "note" name no existing file: not inputs; a checkpoint argument is.
     assert got == {"models.blobs.entries.mine._target_": (root / "mymodels" / "still_model.py").resolve(),
-                   "models.blobs.entries.imp.path": (root / "preds").resolve()}
+                   "models.blobs.entries.imp.path": (root / "preds").resolve(),
+                   "models.blobs.entries.trained._target_": (root / "mymodels" / "still_model.py").resolve(),
+                   "models.blobs.entries.trained.checkpoint": (root / "ckpt" / "net.pt").resolve()}
 
 
 def test_an_input_that_is_not_a_dep_stops_the_stage_with_the_line_to_add(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """What the rollouts stage reads beyond wmeval itself, and the check that DVC tracks it.
 
 A model's code (the module file its ``_target_`` names), an imported model's prediction
-files and a ``dataset`` world's recordings are inputs of the rollouts stage. Unless ``dvc.yaml`` lists them under the stage's
+files, any file a model entry's argument names (a checkpoint) and a ``dataset`` world's
+recordings are inputs of the rollouts stage. Unless ``dvc.yaml`` lists them under the stage's
 ``deps``, DVC cannot see an edit to them and ``dvc repro`` would keep the old rollouts. The
 stage therefore refuses to run when an input inside the project is not covered by a dep (a
 dep naming the file or a folder above it), with the line to add.
@@ -41,7 +42,8 @@ def model_inputs(models: dict[str, Any], root: Path) -> dict[str, Path]:
     """``{params key: path}`` of every input the model entries read outside the wmeval package.
 
     ``models``: ``{world: {model: entry}}``. Keys are ``models.<world>.entries.<model>._target_``
-    (the module file) and ``...path`` (an imported model's folder).
+    (the module file), ``...path`` (an imported model's folder) and ``...<arg>`` for any other string
+    argument that names an existing file or folder (a checkpoint).
     """
     package = Path(wmeval.__file__).resolve().parent
     out: dict[str, Path] = {}
@@ -52,6 +54,13 @@ def model_inputs(models: dict[str, Any], root: Path) -> dict[str, Path]:
             if target == IMPORTED and entry.get("path") is not None:
                 p = Path(str(entry["path"]))
                 out[f"{key}.path"] = (p if p.is_absolute() else root / p).resolve()
+            for arg, value in entry.items():   # any other argument naming a file or folder: a checkpoint, a config
+                if arg.startswith("_") or not isinstance(value, str) or f"{key}.{arg}" in out:
+                    continue
+                p = Path(value)
+                p = (p if p.is_absolute() else root / p)
+                if value and p.exists():
+                    out[f"{key}.{arg}"] = p.resolve()
             f = _module_file(target) if target else None
             if f is not None and package not in f.parents:
                 out[f"{key}._target_"] = f
