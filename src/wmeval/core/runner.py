@@ -39,5 +39,5 @@ def disk_error(e: OSError) -> str | None:
         return (f"no space left on the device writing {where} ({free}); free some space and re-run. "
                 "Outputs DVC removed before the stage ran come back with `dvc checkout`")
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return f"cannot write {where}: {e.strerror}; make it writable and re-run"
+        return f"cannot access {where}: {e.strerror}; check its permissions (and that its disk is writable) and re-run"
     return None

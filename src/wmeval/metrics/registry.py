@@ -113,13 +113,14 @@ REGISTRY: dict[str, MetricInfo] = {
                           Shown("dynamics", "rollout RMSE @{Hd}, planner's actions", condition="planner @t={Hd}",
                                 headline=True))),
         MetricInfo("pixel_action_sensitivity", None, "ratio", "observation",
-                   "mean predicted pixel spread (L2 over the frame in [0, 1], steps 1..H) between the two plans of "
-                   "a counterfactual pair from the same o_0, over the mean real spread, from the observation "
-                   "protocol's open-loop rows; needs no state: 1 is ideal, 0 means the action is ignored",
+                   "energy distance between the model's predicted frames under the two plans of a counterfactual "
+                   "pair from the same o_0 (L2 over the frame in [0, 1], steps 1..H; sampling noise removed), over "
+                   "the same for the realized futures, from the observation protocol's open-loop rows; needs no "
+                   "state: 1 is ideal, 0 means the action is ignored; blind to the direction of the effect",
                    aggregate="ratio", target=1.0, card=("frames",),
                    shown=(Shown("observation", "action sensitivity, pixels ({opair})", condition="{opair}"),)),
         MetricInfo("feature_action_sensitivity", None, "ratio", "observation",
-                   "the same spread ratio in the encoder's feature space (L2 over the embedding, steps 1..H)",
+                   "the same energy-distance ratio in the encoder's feature space (L2 over the embedding, steps 1..H)",
                    aggregate="ratio", target=1.0, card=("encoder",),
                    shown=(Shown("observation", "action sensitivity, features ({opair})", condition="{opair}"),)),
         MetricInfo("action_sensitivity", None, "ratio", "dynamics",

@@ -165,6 +165,9 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     w = build_world(world, dataclasses.asdict(params.worlds[world]))
     gt_path = rollouts / world / "ground_truth.parquet"
     truth, gt_meta = read_table(gt_path), read_metadata(gt_path)
+    versions = w.describe().get("versions")
+    if versions is not None:  # an environment's frames depend on packages DVC does not track
+        check_made_with(gt_path, gt_meta["world"].get("versions"), versions, f"the {world} world's packages")
     fe_dir = features / params.encoder.name / world
     out = WorldRows(encoder=read_metadata(fe_dir / "ground_truth.parquet"))
     truth_emb_all = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])

@@ -201,16 +201,32 @@ def nll_rows(world: str, source: str, model: pa.Table, n_episodes: int, horizon:
 __all__ = ["frame_scores", "diversity", "truth_diversity", "sequence_episode_values", "nll_rows", "PSNR_CAP_DB"]
 
 
+def _energy_spread(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """Per-episode energy distance between two sample sets ``(N, S, T, F)``, averaged over steps: ``(N,)``."""
+    def mean_dist(u: np.ndarray, v: np.ndarray, distinct: bool) -> np.ndarray:
+        # One sample pair at a time: (N, T, F) at most, never (N, S, S, T, F) (full-size frames).
+        pairs = [(i, j) for i in range(u.shape[1]) for j in range(v.shape[1]) if not (distinct and i == j)]
+        if not pairs:
+            return np.zeros(len(u))
+        return np.mean([np.linalg.norm(u[:, i] - v[:, j], axis=-1).mean(axis=1) for i, j in pairs], axis=0)
+
+    return mean_dist(xa, xb, False) - 0.5 * (mean_dist(xa, xa, True) + mean_dist(xb, xb, True))
+
+
 def action_sensitivity_rows(world_name: str, source: str, model: pa.Table, truth: pa.Table, n_episodes: int,
                             horizon: int, pairs: list[tuple[str, str]], where: str, model_emb: pa.Table | None = None,
                             truth_emb: pa.Table | None = None) -> pd.DataFrame:
     """Action sensitivity from the observation protocol, in pixel space and in the encoder's feature space.
 
     For each declared counterfactual pair ``(a, b)`` whose plans the protocol rolled out from the same
-    ``o_0``, per episode: the mean over the model's samples and the open-loop steps 1..H of
-    ``||pred_a - pred_b||`` (sample k paired with sample k) and the same mean over realized futures of
-    ``||real_a - real_b||`` (L2 over all pixels in [0, 1], or over the embedding). Steps 1..H, not step 1
-    alone: one step of a small action is often below a pixel. The bootstrap combines them as a ratio: 1 is ideal, 0 means the model
+    ``o_0``, per episode and averaged over the open-loop steps 1..H: the energy distance between the
+    model's samples under ``a`` and under ``b``, ``E||x_a - x_b|| - (E||x_a - x_a'|| + E||x_b - x_b'||) / 2``
+    (L2 over all pixels in [0, 1], or over the embedding; the within terms over distinct samples, 0 for one
+    sample), over the same energy distance between the realized futures. The within terms remove sampling
+    noise: a stochastic model that ignores the action scores about 0, not its noise level. For
+    deterministic models and worlds it is the plain spread ``||x_a - x_b||``. It does not see direction:
+    swapping the two actions keeps it. Steps 1..H, not step 1 alone: one step of a small action is often
+    below a pixel. The bootstrap combines them as a ratio: 1 is ideal, 0 means the model
     ignores the action. It needs no state and no branching beyond the protocol's own plans.
     """
     from wmeval.tables import long_rows
@@ -228,7 +244,6 @@ def action_sensitivity_rows(world_name: str, source: str, model: pa.Table, truth
                 return np.asarray(x, np.float64).reshape(*x.shape[:3], -1)
             pa_, pb_ = read(m, "open_loop", a, t_model), read(m, "open_loop", b, t_model)          # (N, S, H, F)
             ra, rb = read(g, "realized", a, t_truth)[:, :, 1:], read(g, "realized", b, t_truth)[:, :, 1:]
-            num = np.linalg.norm(pa_ - pb_, axis=-1).mean(axis=(1, 2))
-            den = np.linalg.norm(ra - rb, axis=-1).mean(axis=(1, 2))
+            num, den = _energy_spread(pa_, pb_), _energy_spread(ra, rb)
             out.append(long_rows(world_name, source, metric, "open_loop", f"{a} vs {b}", "observation", num, den))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)

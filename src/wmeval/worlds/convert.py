@@ -104,6 +104,13 @@ def read_video(path: Path, gray: bool = False) -> tuple[np.ndarray, float]:
     return (out[..., None] if gray else out), rate
 
 
+def _load_array(path: Path) -> np.ndarray:
+    try:
+        return np.asarray(np.load(path, allow_pickle=False), dtype=np.float64)
+    except (ValueError, OSError, TypeError) as e:
+        raise WmevalError(f"{path}: cannot be read as a numeric .npy array: {e}") from None
+
+
 def from_videos(folder: str | Path, out: str | Path, *, frame_height: int | None = None,
                 frame_width: int | None = None, resize_filter: str = "area", grayscale: bool = False) -> int:
     """Convert a folder of videos with their action arrays; returns the number of recordings written."""
@@ -120,13 +127,13 @@ def from_videos(folder: str | Path, out: str | Path, *, frame_height: int | None
         if grayscale or (frame_height, frame_width) != (None, None):
             frames = np.stack([resize_frame(f, frame_height, frame_width, resize_filter, True, grayscale)
                                for f in frames])
-        actions = np.load(act_file, allow_pickle=False).astype(np.float64)
+        actions = _load_array(act_file)
         actions = actions.reshape(len(actions), -1)
         if len(actions) != len(frames) - 1:
             raise WmevalError(f"{act_file}: {len(actions)} actions for {len(frames)} frames of {v.name} "
                               "(expected frames - 1)")
         rew_file = v.with_name(v.stem + ".rewards.npy")
-        rewards = np.load(rew_file, allow_pickle=False).astype(np.float64) if rew_file.is_file() else None
+        rewards = _load_array(rew_file) if rew_file.is_file() else None
         if rewards is not None and len(rewards) != len(actions):
             raise WmevalError(f"{rew_file}: {len(rewards)} rewards for {len(actions)} actions")
         episodes.append({"frames": frames, "actions": actions, "rewards": rewards})

@@ -147,10 +147,10 @@ class DatasetWorld(ExternalWorld):
 
     @property
     def action_bins(self) -> list[float]:
-        a = self._actions[:, 0]
+        a = self._actions[np.concatenate([[False], self._episode[1:] == self._episode[:-1]]), 0]  # t >= 1 rows
         lo, hi = float(a.min()), float(a.max())
         values = np.unique(a)
-        if np.allclose(values, np.round(values)) and len(values) <= 32:
+        if np.allclose(values, np.round(values)) and len(values) <= 32 and hi - lo < 64:
             return [v - 0.5 for v in np.arange(round(lo), round(hi) + 2)]
         return np.linspace(lo, hi if hi > lo else lo + 1.0, 4).tolist()
 
@@ -215,8 +215,10 @@ class DatasetWorld(ExternalWorld):
     def describe(self) -> dict:
         import hashlib
 
+        if getattr(self, "_sha256", None) is None:
+            self._sha256 = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
         return {"kind": "dataset", "name": self.name, "path": self.path, "start_step": self.start_step,
-                "sha256": hashlib.sha256(Path(self.path).read_bytes()).hexdigest(), "source": self._source,
+                "sha256": self._sha256, "source": self._source,
                 "recordings": int(len(self._recordings)), "frame_shape": list(self.frame_shape),
                 "capabilities": sorted(self.capabilities), "stochastic": False, "plans": [PLAN],
                 "reward": "the recorded reward (ground truth only)" if self._rewards is not None else None,

@@ -31,6 +31,7 @@ state: the same frame and observation, reward 0), so every plan has H steps.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ import numpy as np
 from wmeval.core.errors import WmevalError
 
 from .base import ExternalWorld, Plan
+
+log = logging.getLogger(__name__)
 
 #: Attributes of a classic-control core that its ``step`` reads besides ``state``.
 CLASSIC_EXTRA = ("steps_beyond_terminated", "last_u")
@@ -205,9 +208,26 @@ class GymnasiumWorld(ExternalWorld):
                                  f"{ale.getFloat('repeat_action_probability')}) make a restored state step "
                                  "differently on each try; set env_kwargs.repeat_action_probability: 0")
             return "ale"
-        if isinstance(getattr(self._core, "state", None), (np.ndarray, tuple, list)):
-            return "classic"
+        # Classic control keeps its whole dynamic state in `state` (plus CLASSIC_EXTRA); another env with a
+        # `state` attribute (CarRacing keeps its pixels there, the physics in Box2D) is not trusted.
+        classic = type(self._core).__module__.startswith("gymnasium.envs.classic_control")
+        if classic and isinstance(getattr(self._core, "state", None), (np.ndarray, tuple, list)):
+            return "classic" if self._restores_exactly() else None
         return None
+
+    def _restores_exactly(self) -> bool:
+        """Self-check: a restored state stepped twice under one action gives the same observation both times."""
+        snap = {k: copy.deepcopy(getattr(self._core, k)) for k in ("state", *CLASSIC_EXTRA) if hasattr(self._core, k)}
+        space = self._env.action_space
+        action = 0 if hasattr(space, "n") else np.asarray(space.high, dtype=space.dtype)
+        outs = []
+        for _ in range(2):
+            for k, v in snap.items():
+                setattr(self._core, k, copy.deepcopy(v))
+            outs.append(np.asarray(self._core.step(action)[0], dtype=np.float64))
+        for k, v in snap.items():
+            setattr(self._core, k, copy.deepcopy(v))
+        return bool(np.array_equal(outs[0], outs[1]))
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -303,6 +323,11 @@ class GymnasiumWorld(ExternalWorld):
                 obs, _, term, trunc, _ = env.unwrapped.step(self._env_action(self.sample_actions(act_rng, ())))
                 done = bool(term)
             out[i, 0] = self._add(env, obs, 0.0, done, int(seed))
+        first = [self._store[int(h)].frame for h in out[:, 0]]
+        if n > 1 and all(np.array_equal(first[0], f) for f in first[1:]):
+            log.warning("world %r (%s): all %d episodes start from the same frame (reset(seed) does not vary this "
+                        "env); they are not independent units: set start_steps > 0 for varied starts",
+                        self.name, self.env_id, n)
         return out
 
     def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -389,8 +414,13 @@ class GymnasiumWorld(ExternalWorld):
 
     def describe(self) -> dict:
         import gymnasium
+        import torchvision
 
-        versions = {"gymnasium": gymnasium.__version__}
+        versions = {"gymnasium": gymnasium.__version__, "torchvision": torchvision.__version__}
+        if self._backend == "classic" or type(self._core).__module__.startswith("gymnasium.envs.classic_control"):
+            import pygame
+
+            versions["pygame"] = pygame.version.ver
         if self._backend == "ale":
             import ale_py
 
