@@ -46,6 +46,15 @@ log = logging.getLogger(__name__)
 
 #: Attributes of a classic-control core that its ``step`` reads besides ``state``.
 CLASSIC_EXTRA = ("steps_beyond_terminated", "last_u")
+
+
+def _classic_snapshot(core) -> dict:
+    return {k: copy.deepcopy(getattr(core, k)) for k in ("state", *CLASSIC_EXTRA) if hasattr(core, k)}
+
+
+def _classic_restore(core, snap: dict) -> None:
+    for k, v in snap.items():
+        setattr(core, k, copy.deepcopy(v))
 FILTERS = ("area", "bilinear", "bicubic", "nearest")
 
 
@@ -217,16 +226,14 @@ class GymnasiumWorld(ExternalWorld):
 
     def _restores_exactly(self) -> bool:
         """Self-check: a restored state stepped twice under one action gives the same observation both times."""
-        snap = {k: copy.deepcopy(getattr(self._core, k)) for k in ("state", *CLASSIC_EXTRA) if hasattr(self._core, k)}
+        snap = _classic_snapshot(self._core)
         space = self._env.action_space
         action = 0 if hasattr(space, "n") else np.asarray(space.high, dtype=space.dtype)
         outs = []
         for _ in range(2):
-            for k, v in snap.items():
-                setattr(self._core, k, copy.deepcopy(v))
+            _classic_restore(self._core, snap)
             outs.append(np.asarray(self._core.step(action)[0], dtype=np.float64))
-        for k, v in snap.items():
-            setattr(self._core, k, copy.deepcopy(v))
+        _classic_restore(self._core, snap)
         return bool(np.array_equal(outs[0], outs[1]))
 
     @property
@@ -259,7 +266,7 @@ class GymnasiumWorld(ExternalWorld):
         if self._backend == "ale":
             return core.ale.cloneState()
         if self._backend == "classic":
-            return {k: copy.deepcopy(getattr(core, k)) for k in ("state", *CLASSIC_EXTRA) if hasattr(core, k)}
+            return _classic_snapshot(core)
         return env  # no backend: the live env, usable once
 
     def _restore(self, snap: _Snap):
@@ -267,8 +274,7 @@ class GymnasiumWorld(ExternalWorld):
             self._core.ale.restoreState(snap.snapshot)
             return self._env
         if self._backend == "classic":
-            for k, v in snap.snapshot.items():
-                setattr(self._core, k, copy.deepcopy(v))
+            _classic_restore(self._core, snap.snapshot)
             return self._env
         if snap.snapshot is None:
             raise WmevalError(f"world {self.name!r} ({self.env_id}) cannot branch: a state was stepped twice "
