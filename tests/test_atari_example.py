@@ -19,7 +19,7 @@ from train import main as train_main  # noqa: E402
 
 from wmeval.core.config import ProtocolConfig, WorldConfig  # noqa: E402
 from wmeval.rollouts import run_world  # noqa: E402
-from wmeval.statistics.observation import action_sensitivity_rows  # noqa: E402
+from wmeval.statistics.observation import counterfactual_pair_rows  # noqa: E402
 
 
 def test_tiny_training_run_loads_through_the_adapter(tmp_path):
@@ -44,8 +44,9 @@ def test_tiny_training_run_loads_through_the_adapter(tmp_path):
     tables = run_world(WorldConfig("pong", "gymnasium", cfg["params"]), models, proto, progress=False, world=world)
 
     def sensitivity(name):
-        df = action_sensitivity_rows("pong", name, tables[name], tables["ground_truth"], 2, 2, [("right", "left")],
+        df = counterfactual_pair_rows("pong", name, tables[name], tables["ground_truth"], 2, 2, [("right", "left")],
                                      "t")
+        df = df[df.metric == "pixel_action_sensitivity"]
         return df.value.sum() / df.denominator.sum()
 
     assert sensitivity("blind") == 0.0          # the twin cannot tell right from left, by construction

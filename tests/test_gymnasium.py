@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("gymnasium")
@@ -163,13 +164,14 @@ def test_generic_models_floor_and_calibration():
 # ----------------------------------------------------------------------------- through the pipeline
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("env_id", "conditions"), [
-    ("Acrobot-v1", ["a0", "a1", "a2", "random"]),                        # Discrete(3)
-    ("MountainCarContinuous-v0", ["high", "low", "random"]),             # Box([-1], [1])
+@pytest.mark.parametrize(("env_id", "conditions", "task"), [
+    ("Acrobot-v1", ["a0", "a1", "a2", "random"], None),                  # Discrete(3)
+    ("MountainCarContinuous-v0", ["high", "low", "random"], "drive"),    # Box([-1], [1]), with a control task
 ], ids=["discrete", "box"])
-def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions):
+def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions, task):
     """`wmeval compose 'worlds=[gymnasium]' 'models=[gymnasium]' worlds.gymnasium.params.env_id=...` and
-    `dvc repro`: a scorecard with the observation layers, and the missing layers named as not applicable."""
+    `dvc repro`: a scorecard with the observation layers, frame-space counterfactuals, the control layer where a
+    task is declared by override, and the missing layers named as not applicable."""
     import os
     import sys
     from pathlib import Path
@@ -181,13 +183,24 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions):
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
     proj = make_project(tmp_path / "proj", ["protocol=tiny", "dynamics=tiny"])
     run_checked(["wmeval", "compose", "protocol=tiny", "dynamics=tiny", "worlds=[gymnasium]", "models=[gymnasium]",
-                 f"worlds.gymnasium.params.env_id={env_id}"], proj, env)
+                 f"worlds.gymnasium.params.env_id={env_id}"]
+                + ([f"worlds.gymnasium.params.control_tasks=[{{name:{task},cost:env_reward}}]"] if task else []),
+                proj, env)
     run_checked(["dvc", "repro"], proj, env)
     card = (proj / "reports" / "scorecard.md").read_text()
     assert f"{env_id} reset(seed=s)" in card
-    assert "dynamics, control and probe layers: not applicable: gymnasium" in card
-    assert "event reliability: not applicable: gymnasium declares no binary outcome event" in card
     stats = pd.read_parquet(proj / "data" / "stats" / "episodes.parquet")
+    cos = stats[(stats.metric == "pixel_counterfactual_cosine") & stats.condition.str.endswith(" @t=3")]
+    assert set(cos.source) >= {"oracle-noise", "shuffled"}               # persistence: counted out (no difference)
+    assert "counterfactual cosine, pixels @3" in card
+    if task is None:
+        assert "dynamics, control and probe layers: not applicable: gymnasium declares no control task" in card
+    else:
+        assert f"MPC cost: {task}" in card and "`persistence` has no control layer: the model predicts no reward" in card
+        assert "`shuffled` has no control layer: an observation-layer control" in card
+        cost = stats[stats.metric == "control_cost"]
+        assert set(cost.source) == {"ground_truth", "oracle-noise"} and len(cost) == 2 * 3   # tiny: 3 episodes
+    assert "event reliability: not applicable: gymnasium declares no binary outcome event" in card
     assert set(stats.source) == {"ground_truth", "persistence", "oracle-noise", "shuffled"}
     assert set(stats[stats.metric == "pixel_mse"].condition) >= set(conditions)
     # oracle-noise's one-step pixel MSE is its declared noise variance 0.01^2 before clipping; these frames are
@@ -196,26 +209,50 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions):
     assert 0.4e-4 < tf.value.mean() <= 0.65e-4, tf.value.mean()
 
 
-def test_action_sensitivity_in_pixel_space_needs_no_state():
-    """Pong-like worlds have no state: action sensitivity is read from the protocol's counterfactual plans in pixel
-    space. The true future scores 1 exactly, an action-blind model 0, and noise adds spread (> 1)."""
-    from wmeval.statistics.observation import action_sensitivity_rows
+def test_action_sensitivity_and_counterfactuals_on_frames_need_no_state():
+    """Pong-like worlds have no state: action sensitivity and counterfactual consistency are read from the
+    protocol's counterfactual plans in pixel space. The true future scores sensitivity 1 and cosine 1 with gap 0;
+    an action-blind model sensitivity 0, cosine 0 and the real effect's RMS as its gap; a
+    model whose actions act the wrong way round cosine -1 and twice that gap; noise adds spread (> 1)."""
+    from wmeval.statistics.observation import counterfactual_pair_rows
 
     w = cartpole()
     models = {"persistence": {"_target_": "wmeval.models.PersistenceModel"},
               "exact": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.0},
               "noisy": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.05}}
     tables = run_world(WorldConfig("cartpole", "gymnasium"), models, PROTO, progress=False, world=w)
+    plans = tables["exact"].column("plan").to_pylist()
+    swap = {"a0": "a1", "a1": "a0"}
+    tables["reversed"] = tables["exact"].set_column(tables["exact"].schema.get_field_index("plan"), "plan",
+                                                    pa.array([swap.get(p, p) for p in plans]))
+
+    def rows(name):
+        df = counterfactual_pair_rows("cartpole", name, tables[name], tables["ground_truth"], 3, 4, [("a0", "a1")],
+                                      "t")
+        assert set(df.condition) == {"a0 vs a1"}
+        return {m: g for m, g in df.groupby("metric")}
 
     def ratio(name):
-        df = action_sensitivity_rows("cartpole", name, tables[name], tables["ground_truth"], 3, 4, [("a0", "a1")],
-                                     "t")
-        assert set(df.condition) == {"a0 vs a1"} and (df.denominator > 0).all()
-        return df.value.sum() / df.denominator.sum()
+        g = rows(name)["pixel_action_sensitivity"]
+        assert (g.denominator > 0).all() and (g.t == 0).all()
+        return g.value.sum() / g.denominator.sum()
 
     assert ratio("exact") == pytest.approx(1.0, abs=1e-2)               # uint8 storage rounds the frames
     assert ratio("persistence") == 0.0
     assert ratio("noisy") > 1.5                 # one sample per plan cannot tell its noise from an action effect
+    assert ratio("reversed") == pytest.approx(1.0, abs=1e-2)            # blind to direction, by design
+
+    exact, blind, rev = rows("exact"), rows("persistence"), rows("reversed")
+    assert sorted(exact["pixel_counterfactual_cosine"].t.unique()) == [1, 2, 3, 4]
+    cos = exact["pixel_counterfactual_cosine"].value
+    assert cos.notna().sum() >= 6 and np.allclose(cos.dropna(), 1.0, atol=1e-6)
+    assert np.allclose(rev["pixel_counterfactual_cosine"].value.dropna(), -1.0, atol=1e-6)
+    bc = blind["pixel_counterfactual_cosine"].value.to_numpy()          # no predicted difference: 0, and NaN
+    np.testing.assert_array_equal(np.isnan(bc), np.isnan(cos.to_numpy()))  # only where the truth has none either
+    assert (bc[~np.isnan(bc)] == 0).all()
+    real = blind["pixel_counterfactual_gap"].value.to_numpy()           # = RMS of the real effect
+    assert real.max() > 0 and np.allclose(exact["pixel_counterfactual_gap"].value, 0.0, atol=1e-9)
+    np.testing.assert_allclose(rev["pixel_counterfactual_gap"].value.to_numpy(), 2 * real, rtol=1e-9)
 
 
 def test_energy_spread_removes_sampling_noise():
@@ -260,3 +297,239 @@ def test_a_state_attribute_outside_classic_control_is_not_trusted_to_branch():
     gym.register("WmevalHidden-v0", entry_point=Hidden)
     w = GymnasiumWorld(name="h", env_id="WmevalHidden-v0")
     assert "branch" not in capabilities(w)
+
+
+# ----------------------------------------------------------------------------- control tasks (MPC by branching)
+
+def _control_world():
+    return GymnasiumWorld(name="gp", env_id="Pendulum-v1", frame_height=16, frame_width=16, grayscale=True,
+                          control_tasks=[{"name": "swing_up", "cost": "env_reward"}])
+
+
+class _ActionPenalty:
+    """Predicts no frame change and a reward of -(sum of squared torques): the planner must pick the candidate
+    whose actions are smallest."""
+
+    stochastic = False
+
+    def predict(self, history, actions, num_samples, rng):
+        from wmeval.models import Prediction
+
+        last = history.frames[:, -1]
+        frames = np.broadcast_to(last[:, None, None], (len(actions), num_samples, actions.shape[1], *last.shape[1:]))
+        rewards = np.broadcast_to(-(actions[..., 0] ** 2)[:, None], (len(actions), num_samples, actions.shape[1]))
+        return Prediction(frames=frames, rewards=rewards)
+
+
+class _RewardsOnly(_ActionPenalty):
+    def predict(self, history, actions, num_samples, rng):
+        from wmeval.models import Prediction
+
+        return Prediction(rewards=super().predict(history, actions, num_samples, rng).rewards)
+
+
+class _RewardHead(_ActionPenalty):
+    def predict(self, history, actions, num_samples, rng):
+        from wmeval.models import Prediction
+
+        p = super().predict(history, actions, num_samples, rng)
+        return Prediction(frames=p.frames, rewards=np.ones_like(p.rewards))
+
+
+class _NotImplementedRewards(_ActionPenalty):
+    def predict_rewards(self, history, actions, rng):
+        raise NotImplementedError
+
+
+class _BadRewards(_ActionPenalty):
+    def predict(self, history, actions, num_samples, rng):
+        from wmeval.models import Prediction
+
+        p = super().predict(history, actions, num_samples, rng)
+        return Prediction(frames=p.frames, rewards=p.rewards[..., :1])
+
+
+def test_control_tasks_act_out_mpc_in_the_environment():
+    """An env_reward task: the oracle picks the candidate with the highest true return (checked by branching the
+    same candidates), oracle-noise without reward noise acts exactly like it, a model's Prediction.rewards is what
+    its planner ranks, and a model without rewards is left out with the reason."""
+    import dataclasses
+
+    from wmeval.core.config import DynamicsConfig
+    from wmeval.core.rng import make_rng
+    from wmeval.models.base import build_model
+    from wmeval.rollouts.dynamics import dynamics_tables
+    from wmeval.statistics.dynamics_layers import dynamics_contributions
+
+    w = _control_world()
+    assert [t.name for t in w.tasks()] == ["swing_up"] and w.tasks()[0].cost_from == "reward"
+    dyn = DynamicsConfig(name="t", n_episodes=2, horizon=4, n_random_plans=1, counterfactual_horizon=2, n_plans=8,
+                         plan_horizon=3, control_episodes=3, control_steps=4, probe_horizon=4, probe_windows=[1],
+                         probe_tolerance=0.0, probe_max_true_rate=0.01, seed=0)
+    specs = {"persistence": {"_target_": "wmeval.models.PersistenceModel"},
+             "oracle": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.0},
+             "oracle-noisy": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.0, "reward_noise_std": 50.0}}
+    models = {n: build_model("gp", n, c, w) for n, c in specs.items()}
+    models["small-torque"] = _ActionPenalty()
+    models["small-torque-rewards-only"] = _RewardsOnly()
+    models["not-implemented"] = _NotImplementedRewards()
+    tables, skipped = dynamics_tables(WorldConfig("gp", "gymnasium"), w, models, dyn, PROTO, progress=False)
+    assert set(tables) == {"ground_truth", "oracle", "oracle-noisy", "small-torque", "small-torque-rewards-only"}
+    assert "predicts no reward" in skipped["persistence"] and "predicts no reward" in skipped["not-implemented"]
+
+    def col(name, c):
+        return np.asarray(tables[name].column(c).to_pylist(), dtype=float).reshape(3, 5, -1)
+
+    np.testing.assert_array_equal(col("oracle", "action"), col("ground_truth", "action"))
+    np.testing.assert_array_equal(col("oracle", "reward"), col("ground_truth", "reward"))
+    assert not np.array_equal(col("oracle-noisy", "action"), col("ground_truth", "action"))
+    # Step 0: the candidates every planner drew (one stream per purpose) and the start snapshots.
+    cands = w.sample_actions(make_rng(0, "gp", "mpc_plans", "control:swing_up"), (3, 8, 3))
+    starts = w.initial_states(3, make_rng(0, "gp", "control_starts", "swing_up"))
+    returns = w.rollout_rewards(np.repeat(starts, 8, axis=0), cands.reshape(24, 3, 1), None).reshape(3, 8, 3)
+    best = cands[np.arange(3), returns.sum(-1).argmax(1), 0, 0]
+    np.testing.assert_allclose(col("ground_truth", "action")[:, 1, 0], best)
+    small = cands[np.arange(3), (cands[..., 0] ** 2).sum(-1).argmin(1), 0, 0]
+    np.testing.assert_allclose(col("small-torque", "action")[:, 1, 0], small)
+    # A reward head without frames plans the same way (the planner reads only the rewards).
+    np.testing.assert_array_equal(col("small-torque-rewards-only", "action"), col("small-torque", "action"))
+    # The statistics read the cost from the stored rewards: the negative mean reward of the real steps 1..T.
+    meta = {"dynamics": dataclasses.asdict(dyn), "plans": {}, "counterfactual_pairs": [], "probes": {},
+            "tasks": {"swing_up": {}}}
+    df = dynamics_contributions(w, "oracle", tables["oracle"], tables["ground_truth"], meta, "t")
+    assert set(df.metric) == {"control_cost"}
+    np.testing.assert_allclose(df.value.to_numpy(), -col("oracle", "reward")[:, 1:, 0].mean(axis=1))
+    models = {"bad": _BadRewards()}
+    with pytest.raises(WmevalError, match=r"model 'bad' on world 'gp' \(control\): rewards: shape \(24, 1, 1\), "
+                                          r"expected \(24, 1, 3\)"):
+        dynamics_tables(WorldConfig("gp", "gymnasium"), w, models, dataclasses.replace(dyn, control_steps=1),
+                        PROTO, progress=False)
+
+
+def test_control_tasks_are_checked():
+    base = {"env_id": "Pendulum-v1", "frame_height": 16, "frame_width": 16}
+    for tasks, extra, words in [
+            ([{"name": "x", "cost": "pixels"}], {}, r"control_tasks\[0\] = .*cost one of \['env_reward'\]"),
+            ([{"name": "x", "cost": "env_reward", "goal": 1}], {}, r"unknown keys \['goal'\]"),
+            ([{"name": "x", "cost": "env_reward"}] * 2, {}, "declared twice"),
+            (["swing_up"], {}, r"control_tasks\[0\] = 'swing_up': expected a mapping"),
+            ({"name": "x", "cost": "env_reward"}, {}, "control_tasks must be a list"),
+            ([{"name": "x", "cost": "env_reward"}], {"branch": "none"}, "MPC acts out plans by branching")]:
+        with pytest.raises(ConfigError, match=words):
+            build_world("g", {"kind": "gymnasium", "params": {**base, **extra, "control_tasks": tasks}})
+    from wmeval.rollouts.dynamics import not_applicable
+
+    assert "declares no control task (params.control_tasks)" in not_applicable(build_world(
+        "g", {"kind": "gymnasium", "params": base}))
+    assert not_applicable(_control_world()) is None
+
+
+@pytest.mark.parametrize(("env_id", "frame_skip", "action"), [("CartPole-v1", 2, 0.0), ("Pendulum-v1", 3, 1.5)])
+def test_oracle_rewards_match_the_real_steps_and_leave_them_unchanged(env_id, frame_skip, action):
+    """The planner's oracle (rollout_rewards, by branching, nothing stored) earns exactly the rewards the real
+    steps record (frame_skip summed; after CartPole terminates, 0), and branching in between real steps does
+    not change them."""
+    def world():
+        return GymnasiumWorld(name="g", env_id=env_id, frame_height=16, frame_width=16, frame_skip=frame_skip)
+
+    w, T = world(), 12
+    s0 = w.initial_states(2, np.random.default_rng(0))
+    plan = np.full((2, T, 1), action)
+    oracle = w.rollout_rewards(s0, plan, None)
+    states = [s0]
+    for t in range(T):
+        w.rollout_rewards(states[-1], -plan[:, t:], None)          # branch away and back before every step
+        states.append(w.step(states[-1], plan[:, t], None))
+    real = w.true_reward(np.stack(states[1:], axis=1))
+    np.testing.assert_array_equal(oracle, real)
+    if env_id == "CartPole-v1":
+        assert (real[:, -1] == 0).all() and (real[:, 0] == frame_skip).all()   # terminated within 12 x 2 steps
+    w2 = world()                                                                # no branching at all
+    s = w2.initial_states(2, np.random.default_rng(0))
+    ref = []
+    for t in range(T):
+        s = w2.step(s, plan[:, t], None)
+        ref.append(w2.render(s))
+    np.testing.assert_array_equal(np.stack(ref, 1), w.render(np.stack(states[1:], axis=1)))
+
+
+def test_frame_counterfactuals_against_a_hand_computation():
+    """Several samples and realized futures: the cosine is that of the sample means' differences (not a mean of
+    per-sample cosines), the gap their root mean square over pixels; a blind model scores cosine 0, and an
+    episode whose real futures do not differ is counted out (NaN)."""
+    from wmeval.statistics.observation import counterfactual_pair_rows
+    from wmeval.tables import rollout_table
+
+    rng = np.random.default_rng(3)
+    N, S, M, T, img = 3, 4, 2, 2, (2, 3, 1)
+    real = {p: rng.uniform(0, 1, (N, M, T + 1, *img)) for p in ("a", "b")}
+    real["b"][2] = real["a"][2]                                        # episode 2: the action changes nothing
+    pred = {p: rng.uniform(0, 1, (N, S, T, *img)) for p in ("a", "b")}
+
+    def table(src, regime, arrays, t0):
+        return pa.concat_tables([rollout_table(world="w", source=src, regime=regime, plan=p, condition=p,
+                                               episodes=np.arange(N), t=np.arange(t0, t0 + x.shape[2]), frames=x,
+                                               states=None, actions=np.zeros((N, x.shape[2], 1)),
+                                               frame_dtype="float32") for p, x in arrays.items()])
+
+    truth = table("ground_truth", "realized", real, 0)
+    model = table("m", "open_loop", pred, 1)
+    blind = table("blind", "open_loop", {"a": pred["a"], "b": pred["a"]}, 1)
+    rows = counterfactual_pair_rows("w", "m", model, truth, N, T, [("a", "b")], "t")
+    f = {k: {p: x.astype(np.float32).astype(np.float64) for p, x in d.items()} for k, d in (("r", real), ("p", pred))}
+    dp = (f["p"]["a"].mean(1) - f["p"]["b"].mean(1)).reshape(N, T, -1)                 # stored as float32
+    dt = (f["r"]["a"][:, :, 1:].mean(1) - f["r"]["b"][:, :, 1:].mean(1)).reshape(N, T, -1)
+    with np.errstate(invalid="ignore"):
+        cos = np.sum(dp * dt, -1) / (np.linalg.norm(dp, axis=-1) * np.linalg.norm(dt, axis=-1))
+    gap = np.sqrt(np.mean((dp - dt) ** 2, -1))
+    got = {m: g.sort_values(["episode", "t"]).value.to_numpy().reshape(N, T) for m, g in rows.groupby("metric")
+           if m.endswith(("cosine", "gap"))}
+    np.testing.assert_allclose(got["pixel_counterfactual_cosine"][:2], cos[:2], rtol=1e-9)
+    assert np.isnan(got["pixel_counterfactual_cosine"][2]).all()
+    np.testing.assert_allclose(got["pixel_counterfactual_gap"], gap, rtol=1e-9)
+    b = counterfactual_pair_rows("w", "blind", blind, truth, N, T, [("a", "b")], "t")
+    bc = b[b.metric == "pixel_counterfactual_cosine"].sort_values(["episode", "t"]).value.to_numpy().reshape(N, T)
+    assert (bc[:2] == 0).all() and np.isnan(bc[2]).all()
+
+
+def test_a_models_predicted_rewards_are_its_reward_column():
+    """A model with a reward head: its rewards, not the world's (none for an environment), are what the task
+    signals compare with the environment's reward."""
+    w = cartpole()
+    models = {"head": {"_target_": "test_gymnasium._RewardHead"}}
+    tables = run_world(WorldConfig("cartpole", "gymnasium"), models, PROTO, progress=False, world=w)
+    r = np.asarray(tables["head"].column("reward").to_pylist(), dtype=float)
+    assert len(r) == tables["head"].num_rows and (r == 1.0).all()
+    gt = np.asarray(tables["ground_truth"].column("reward").to_pylist(), dtype=float)
+    assert set(np.unique(gt)) <= {0.0, 1.0} and (gt == 1.0).any()      # CartPole's own +1 per step
+
+
+def test_mujoco_half_cheetah_branches_exactly_and_plans():
+    """MuJoCo through its full integration state: a restored state steps to the same frames and observations, the
+    oracle's rewards are the real steps' rewards, and the preset builds (off-screen EGL rendering)."""
+    pytest.importorskip("mujoco")
+    from pathlib import Path
+
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "worlds" / "half_cheetah.yaml").read_text())
+    w = build_world("half_cheetah", cfg)
+    assert w._backend == "mujoco" and capabilities(w) == {"episodes", "branch", "state"}
+    assert w.frame_shape == (64, 64, 3) and w.state_dim == 17 and w.action_dim == 6
+    assert [t.name for t in w.tasks()] == ["run"] and w.describe()["versions"]["MUJOCO_GL"]
+    s0 = w.initial_states(2, np.random.default_rng(0))
+    acts = np.random.default_rng(1).uniform(-1, 1, (2, 4, 6))
+
+    def roll():
+        s, out = s0, []
+        for t in range(4):
+            w.rollout_rewards(s, -acts[:, t:], None)                   # branch away in between
+            s = w.step(s, acts[:, t], None)
+            out.append(s)
+        return np.stack(out, 1)
+
+    a, b = roll(), roll()
+    np.testing.assert_array_equal(w.render(a), w.render(b))
+    np.testing.assert_array_equal(w.observe(a), w.observe(b))
+    assert w.render(a).std() > 0.01                                    # a real image, not a blank buffer
+    np.testing.assert_array_equal(w.rollout_rewards(s0, acts, None), w.true_reward(a))

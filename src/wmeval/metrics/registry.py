@@ -123,6 +123,30 @@ REGISTRY: dict[str, MetricInfo] = {
                    "the same energy-distance ratio in the encoder's feature space (L2 over the embedding, steps 1..H)",
                    aggregate="ratio", target=1.0, card=("encoder",),
                    shown=(Shown("observation", "action sensitivity, features ({opair})", condition="{opair}"),)),
+        MetricInfo("pixel_counterfactual_cosine", True, "cosine", "observation",
+                   "cosine between the predicted and the realized difference of the futures under the two plans of "
+                   "a counterfactual pair from the same o_0 (sample means, frames in [0, 1] flattened; seed 002 layer "
+                   "5 on frames); per step, headline at the protocol horizon; 0 for a model that ignores the action; an "
+                   "episode where the realized difference vanishes is counted out at that step",
+                   summary_t="protocol_horizon", card=("frames",),
+                   shown=(Shown("observation", "counterfactual cosine, pixels @{H} ({opair})",
+                                condition="{opair} @t={H}"),)),
+        MetricInfo("pixel_counterfactual_gap", False, "intensity in [0, 1]", "observation",
+                   "root mean square over pixels of (predicted difference - realized difference) of the futures of a "
+                   "counterfactual pair (sample means); a model that ignores the action scores the RMS of the real "
+                   "effect", summary_t="protocol_horizon", card=("frames",),
+                   shown=(Shown("observation", "counterfactual gap, pixels @{H} ({opair})",
+                                condition="{opair} @t={H}"),)),
+        MetricInfo("feature_counterfactual_cosine", True, "cosine", "observation",
+                   "the counterfactual cosine in the encoder's feature space (embeddings of the predicted and "
+                   "realized frames)", summary_t="protocol_horizon", card=("encoder",),
+                   shown=(Shown("observation", "counterfactual cosine, features @{H} ({opair})",
+                                condition="{opair} @t={H}"),)),
+        MetricInfo("feature_counterfactual_gap", False, "encoder units", "observation",
+                   "root mean square over embedding dimensions of (predicted difference - realized difference) of "
+                   "a counterfactual pair's futures", summary_t="protocol_horizon", card=("encoder",),
+                   shown=(Shown("observation", "counterfactual gap, features @{H} ({opair})",
+                                condition="{opair} @t={H}"),)),
         MetricInfo("action_sensitivity", None, "ratio", "dynamics",
                    "mean predicted one-step spread between the two actions of a counterfactual pair over "
                    "the mean real spread (seed 002 layer 4); 1 is ideal, 0 means the action is ignored",
@@ -130,8 +154,8 @@ REGISTRY: dict[str, MetricInfo] = {
                    shown=(Shown("dynamics", "action sensitivity ({pair})", condition="{pair}", headline=True),)),
         MetricInfo("counterfactual_cosine", True, "cosine", "dynamics",
                    "cosine between predicted and true differences of the two futures of a counterfactual "
-                   "pair (seed 002 layer 5); undefined for an episode where either difference vanishes "
-                   "(a model that ignores the action), which is then counted out", summary_t="counterfactual_horizon",
+                   "pair (seed 002 layer 5); 0 for a model that ignores the action (no predicted difference); "
+                   "undefined for an episode where the true difference vanishes, which is then counted out", summary_t="counterfactual_horizon",
                    shown=(Shown("dynamics", "counterfactual cosine @{cf}", condition="{pair} @t={cf}"),)),
         MetricInfo("counterfactual_gap", False, "state units", "dynamics",
                    "norm of (predicted difference - true difference) of a counterfactual pair",

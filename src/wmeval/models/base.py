@@ -22,6 +22,10 @@ Optional:
   the realized future, ``future.states``/``future.frames`` shaped like a history
   of length H, one chain-rule term ``log p(o_t | o_<t, a)`` per step; ``-inf`` is
   allowed (zero density), NaN and ``+inf`` are not.
+* ``Prediction.rewards`` ``(N, S, H)``: the predicted reward of each step (a reward head). With it the
+  planner plans with the model on an environment's control tasks (``cost: env_reward``); a model may
+  instead implement ``predict_rewards(history, actions, rng) -> (N, H)``, which the planner calls in
+  place of ``predict`` (no frames drawn).
 
 The adapter is instantiated by Hydra from ``_target_``; if its constructor takes a
 ``world`` argument it receives the ground-truth world object (the reference
@@ -66,10 +70,13 @@ class History:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A model's output: ``frames`` ``(N, S, H, H_img, W, C)`` and/or ``states`` ``(N, S, H, D)``."""
+    """A model's output: ``frames`` ``(N, S, H, H_img, W, C)`` and/or ``states`` ``(N, S, H, D)``; optionally
+    ``rewards`` ``(N, S, H)``, the predicted reward of each step (a model with a reward head), which lets the
+    planner plan with it on a task whose cost is the environment's reward."""
 
     frames: np.ndarray | None = None
     states: np.ndarray | None = None
+    rewards: np.ndarray | None = None
 
 
 @runtime_checkable
@@ -166,7 +173,11 @@ def check_prediction(pred: Any, *, n: int, samples: int, horizon: int,
         if state_dim is None:
             raise ModelOutputError(f"{where}: returned states, but the world has no state")
         states = check_states(pred.states, (n, samples, horizon, state_dim), f"{where} states")
-    return Prediction(frames=frames, states=states)
+    rewards = None
+    if pred.rewards is not None:
+        rewards = check_states(pred.rewards, (n, samples, horizon), f"{where} rewards")
+    return Prediction(frames=frames, states=states, rewards=rewards)
+
 
 
 def build_model(world_name: str, model_name: str, cfg: dict[str, Any], world: Any) -> Any:

@@ -45,17 +45,30 @@ class OracleNoiseModel:
         world: the ground-truth world (passed by wmeval).
         noise_std: pixel noise, in units of the [0, 1] data range.
         state_noise_std: state noise, in the state's units.
+        reward_noise_std: noise on the predicted rewards the planner reads on a task whose cost is an
+            environment's reward (``N(0, reward_noise_std^2)`` per step; a world with ``rollout_rewards``).
     """
 
-    def __init__(self, world, noise_std: float = 0.05, state_noise_std: float = 0.0) -> None:
+    def __init__(self, world, noise_std: float = 0.05, state_noise_std: float = 0.0,
+                 reward_noise_std: float = 0.0) -> None:
         why = missing(world, "branch")
         if why is not None:
             raise ConfigError(f"oracle-noise needs the true future from each episode's state, but {why}")
-        if not noise_std >= 0 or not state_noise_std >= 0:
-            raise ConfigError(f"oracle-noise: noise_std and state_noise_std must be >= 0, got {noise_std}, "
-                              f"{state_noise_std}")
+        if not noise_std >= 0 or not state_noise_std >= 0 or not reward_noise_std >= 0:
+            raise ConfigError(f"oracle-noise: noise_std, state_noise_std and reward_noise_std must be >= 0, got "
+                              f"{noise_std}, {state_noise_std}, {reward_noise_std}")
         self.world, self.noise_std, self.state_noise_std = world, float(noise_std), float(state_noise_std)
+        self.reward_noise_std = float(reward_noise_std)
         self.stochastic = "stochastic" in capabilities(world)
+
+    def predict_rewards(self, history: History, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """The true rewards ``(N, H)`` of ``actions`` from the last context state plus the declared reward noise,
+        without frames (the planner's fast path); ``None`` where the world cannot give rewards by branching."""
+        fn = getattr(self.world, "rollout_rewards", None)
+        if fn is None:
+            return None
+        r = fn(history.world_states[:, -1], actions, rng)
+        return r + rng.normal(0.0, self.reward_noise_std, r.shape) if self.reward_noise_std > 0 else r
 
     def predict(self, history: History, actions: np.ndarray, num_samples: int,
                 rng: np.random.Generator) -> Prediction:

@@ -226,13 +226,26 @@ def _dynamics_curves(cv: pd.DataFrame, metric: str, cond: str, wp: dict[str, Any
     return sel
 
 
-def curve_tables(cv: pd.DataFrame, models: list[str], wp: dict[str, Any]) -> list[tuple[str, Table]]:
-    """Curves at a few horizons: rollout error (random and planner's actions) and counterfactuals."""
-    H = wp["dynamics"]["horizon"]
+def frame_curve_specs(wp: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The observation protocol's counterfactual curves on frames, in pixel and feature space."""
+    specs = []
+    for a, b in wp.get("counterfactual_pairs", []):
+        for space in ("pixel", "feature"):
+            specs += [(f"{space}_counterfactual_cosine", f"{a} vs {b}",
+                       f"Counterfactual cosine on frames, {space} space, by horizon ({a} vs {b})"),
+                      (f"{space}_counterfactual_gap", f"{a} vs {b}",
+                       f"Counterfactual gap on frames, {space} space, by horizon ({a} vs {b})")]
+    return specs
+
+
+def curve_tables(cv: pd.DataFrame, models: list[str], wp: dict[str, Any], frames: bool = False) -> list[tuple[str, Table]]:
+    """Curves at a few horizons: rollout error (random and planner's actions) and counterfactuals of the
+    dynamics episodes, or (``frames``) the observation protocol's counterfactual curves on frames."""
+    H = wp["horizon"] if frames else wp["dynamics"]["horizon"]
     ts = sorted({t for t in (1, 5, 10, 20, H) if t <= H})
     out = []
-    for metric, cond, title in curve_specs(wp):
-        sel = _dynamics_curves(cv, metric, cond, wp)
+    for metric, cond, title in (frame_curve_specs(wp) if frames else curve_specs(wp)):
+        sel = cv[(cv.metric == metric) & (cv.condition == cond)] if frames else _dynamics_curves(cv, metric, cond, wp)
         if sel.empty:
             continue
         t_shown = [t for t in ts if t in set(sel.t)]
@@ -541,10 +554,23 @@ def _observation_section(v: WorldView) -> None:
     doc.p("Open-loop pixel MSE per condition (stratum):")
     doc.table(metric_table(iv, models, present(iv, cond_cols)))
     if wcv is not None:
-        for metric in ("pixel_mse", "state_rmse", "ssim"):
+        for metric in ("pixel_mse", "feature_mse", "state_rmse", "ssim"):
             v.fig(figures.curves(wcv, metric, "all", models, f"{metric} by horizon, {world}",
                                  "Teacher-forced (left) and open-loop (right) never pooled; bands are 95% "
                                  "episode-bootstrap intervals of each step."))
+        tables = curve_tables(wcv, models, wp, frames=True)
+        if tables:
+            doc.p("Counterfactual consistency on frames (seed 002's layer 5 without a state): the predicted "
+                  "against the realized difference between the futures of each counterfactual pair the "
+                  "protocol rolls out, per step, in pixel space and in the encoder's feature space.")
+        for text, t in tables:
+            doc.p(text)
+            doc.table(t)
+        for metric, cond, title in frame_curve_specs(wp):
+            if not metric.startswith("pixel"):
+                continue                          # the feature-space curves are in the tables above
+            v.fig(figures.curves(wcv[(wcv.metric == metric) & (wcv.condition == cond)], metric, cond, models,
+                                 title, "Observation episodes; bands are 95% intervals at each step."))
 
 
 def _image_section(v: WorldView) -> None:
@@ -618,12 +644,18 @@ def _dynamics_section(v: WorldView) -> None:
     dyn = v.wp["dynamics"]
     if dyn.get("not_applicable"):
         doc.h(3, "Dynamics and control layers")
-        doc.p(f"Not applicable: {dyn['not_applicable']}.")
+        doc.p(f"Not applicable: {dyn['not_applicable']}."
+              + (" Action sensitivity and counterfactual consistency still run on frames, from the observation "
+                 "protocol's counterfactual pairs: see the observation layers." if wp.get("counterfactual_pairs")
+                 else ""))
         return
     if not cols["dynamics"]:
         return
     dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
     doc.h(3, "Dynamics and control layers")
+    if dyn.get("state_level"):
+        doc.p(f"Control only (MPC acted out in the environment; the budget is in the protocol). The state-level "
+              f"layers are {dyn['state_level']}.")
     doc.table(metric_table(iv, dyn_models, cols["dynamics"] + calibrated))
     if wcv is not None:
         for text, t in curve_tables(wcv, dyn_models[1:], wp):
@@ -671,6 +703,14 @@ def _dynamics_lines(dyn: dict[str, Any]) -> list[str]:
     """The dynamics protocol in words, or why the world has none."""
     if dyn.get("not_applicable"):
         return [f"- dynamics, control and probe layers: not applicable: {dyn['not_applicable']}"]
+    if dyn.get("state_level"):
+        tasks = "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items())
+        return [f"- dynamics: state-level layers {dyn['state_level']}",
+                f"- control: random-shooting MPC, {dyn['n_plans']} plans of {dyn['plan_horizon']} steps, replanned "
+                f"every step, acting in the environment, {dyn['control_episodes']} episodes of "
+                f"{dyn['control_steps']} steps per task from the world's initial states; `ground_truth` plans by "
+                f"branching the environment (oracle); tasks: {tasks}",
+                *[f"- `{m}` has no control layer: {why}" for m, why in dyn["skipped"].items()]]
     pairs = ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
     tasks = "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items())
     return [f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps ({dyn['n_random_plans']} "

@@ -37,12 +37,12 @@ from wmeval.core.config import DynamicsConfig, ProtocolConfig, WorldConfig
 from wmeval.core.digest import code_version
 from wmeval.core.errors import ModelOutputError
 from wmeval.core.rng import make_rng
-from wmeval.models.base import History, check_prediction
+from wmeval.models.base import History, Prediction, check_prediction, check_states
 from wmeval.rollouts.episodes import GROUND_TRUTH
 from wmeval.rollouts.planning import random_shooting_mpc
 from wmeval.tables import rollout_table, with_metadata
 from wmeval.worlds import Plan, World, rollout_states
-from wmeval.worlds.base import missing
+from wmeval.worlds.base import missing, observe
 
 log = logging.getLogger(__name__)
 FORMAT = "wmeval-dynamics/1"
@@ -174,18 +174,160 @@ class _Queries:
             self.bar.update()
 
 
-def not_applicable(world: World) -> str | None:
-    """Why the state-level dynamics layers cannot run on ``world`` (``None``: they can).
+#: Why the state-level queries do not run on a world whose states are environment snapshots.
+SNAPSHOT_STATES = ("its states are environment snapshots: the state-level queries (state rollout curves, the "
+                   "planner's rollouts, counterfactual pairs on states, probes) need a simulator that steps "
+                   "arbitrary states; action sensitivity and counterfactual consistency run on frames instead "
+                   "(observation layers)")
 
-    They step the world from arbitrary states under many plans (branching) and compare states; a world whose
-    states are snapshot handles (a Gymnasium world) gives models its observations instead, which the state
-    queries do not yet translate.
+
+def not_applicable(world: World) -> str | None:
+    """Why none of the dynamics layers can run on ``world`` (``None``: some can).
+
+    The state-level layers step the world from arbitrary states under many plans (branching) and compare
+    states. A world whose states are snapshot handles (a Gymnasium world) runs only its declared control
+    tasks (MPC acted out in the environment, by branching): see :func:`control_tables`.
     """
-    why = missing(world, "branch", "state")
-    if why is None and hasattr(world, "observe"):
-        why = (f"{world.name}'s states are environment snapshots: the state-level queries (counterfactual pairs, "
-               "planner, probes, control) run on built-in simulators only in this version")
-    return why
+    if hasattr(world, "observe"):
+        why = missing(world, "branch")
+        if why is None and not world.tasks():
+            why = f"{world.name} declares no control task (params.control_tasks) and {SNAPSHOT_STATES}"
+        return why
+    return missing(world, "branch", "state")
+
+
+class RewardPredictor:
+    """Wrap a model (or the true environment) as ``handles (B, 1), plans (B, H, A) -> rewards (B, H, 1)``:
+    the predicted per-step reward the planner sums on a task whose cost is the environment's reward.
+
+    The model sees the current real frame (and observed state) as its one-step context. It answers through
+    ``predict_rewards(history, actions, rng) -> (B, H)`` where it has one (no frames drawn), else through
+    ``predict(...).rewards``, asked for at most :data:`CHUNK_BYTES` of frames at a time (a frame model draws
+    frames for every candidate; only the rewards are read). ``None``: the model predicts no reward. The true
+    environment scores candidates by branching (``rollout_rewards``): the oracle planner.
+    """
+
+    def __init__(self, name: str, model: Any, world: World, seed: int) -> None:
+        self.name, self.model, self.world, self.seed = name, model, world, seed
+        self.where = f"model {name!r} on world {world.name!r} (control)"
+
+    def __call__(self, handles: np.ndarray, plans: np.ndarray, *key: str | int) -> np.ndarray | None:
+        world, (b, h) = self.world, plans.shape[:2]
+        if self.model is None:
+            return world.rollout_rewards(handles, plans, self._rng(*key))[..., None]
+        fn = getattr(self.model, "predict_rewards", None)
+        if fn is not None:
+            try:
+                r = fn(self._history(handles), plans, self._rng(*key))
+            except NotImplementedError:
+                r = None
+            except Exception as e:
+                raise ModelOutputError(f"{self.where}: predict_rewards() raised {type(e).__name__}: {e}") from e
+            return None if r is None else check_states(r, (b, h), f"{self.where}: predict_rewards()")[..., None]
+        rows = max(1, CHUNK_BYTES // max(1, h * int(np.prod(world.frame_shape)) * 4))
+        parts = []
+        for c, lo in enumerate(range(0, b, rows)):
+            hi = min(b, lo + rows)
+            try:
+                raw = self.model.predict(self._history(handles[lo:hi]), plans[lo:hi], 1, self._rng(*key, c))
+            except Exception as e:
+                raise ModelOutputError(f"{self.where}: predict() raised {type(e).__name__}: {e}") from e
+            if not isinstance(raw, Prediction):
+                raise ModelOutputError(f"{self.where}: predict() returned {type(raw).__name__}, expected "
+                                       "wmeval.models.Prediction")
+            if raw.rewards is None:
+                return None
+            parts.append(check_states(raw.rewards, (hi - lo, 1, h), f"{self.where}: rewards")[:, 0])
+        return np.concatenate(parts)[..., None]
+
+    def _rng(self, *key: str | int) -> np.random.Generator:
+        return make_rng(self.seed, self.world.name, "control", self.name, *key)
+
+    def _history(self, handles: np.ndarray) -> History:
+        return History(states=observe(self.world, handles[:, None]),
+                       actions=np.zeros((len(handles), 0, self.world.action_dim)), render=self.world.render,
+                       world_states=handles[:, None])
+
+    def plan(self, handles: np.ndarray, plans: np.ndarray, *key: str | int) -> np.ndarray:
+        """As a call, for a model already known to predict rewards: ``None`` now is an error."""
+        r = self(handles, plans, *key)
+        if r is None:
+            raise ModelOutputError(f"{self.where}: predicted rewards on the first query but none on a planner "
+                                   "query; return rewards always or never")
+        return r
+
+
+#: The most bytes of frames a frame model is asked to draw at once while planning (float32 frames).
+CHUNK_BYTES = 2**28
+
+
+def _act_out(pred: RewardPredictor, world: World, task, start: np.ndarray,
+             dyn: DynamicsConfig) -> tuple[np.ndarray, np.ndarray]:
+    """MPC on ``task`` planning with ``pred``, acting in the real environment from ``start`` handles."""
+    purpose = f"control:{task.name}"
+    plan_rng = make_rng(dyn.seed, world.name, "mpc_plans", purpose)
+    world_rng = make_rng(dyn.seed, world.name, "mpc_world", purpose)
+    step = itertools.count()
+    return random_shooting_mpc(
+        predict=lambda s, a: pred.plan(s, a, "mpc", purpose, next(step)),
+        real_step=lambda s, a: world.step(s, a, world_rng), cost=lambda r: task.cost(r[..., 0]),
+        sample_actions=lambda shape: world.sample_actions(plan_rng, shape), start=start, steps=dyn.control_steps,
+        n_plans=dyn.n_plans, plan_horizon=dyn.plan_horizon)
+
+
+def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
+                   protocol: ProtocolConfig, progress: bool = True) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """Seed 002's control layer on an environment: random-shooting MPC on each declared task, acting in the
+    real environment from the world's own initial states, planning with the environment itself (the oracle:
+    candidates scored by branching) and with every model that predicts rewards.
+
+    Every source starts from the same snapshots and draws the same candidate plans (common random numbers).
+    Rows: regime ``closed_loop``, plan and condition the task, ``t = 0..steps``, with the frames, observed
+    states and the environment's reward of each real step.
+    """
+    tasks = world.tasks()
+    E = dyn.control_episodes
+    starts = {t.name: world.initial_states(E, make_rng(dyn.seed, world.name, "control_starts", t.name))
+              for t in tasks}
+    first = starts[tasks[0].name]
+    predictors = {GROUND_TRUTH: RewardPredictor(GROUND_TRUTH, None, world, dyn.seed)}
+    skipped: dict[str, str] = {}
+    for name, model in models.items():
+        if getattr(model, "precomputed", False):
+            skipped[name] = "imported predictions cannot answer the planner's new queries"
+            continue
+        if getattr(model, "observation_only", None):
+            skipped[name] = model.observation_only
+            continue
+        p = RewardPredictor(name, model, world, dyn.seed)
+        probe = world.sample_actions(make_rng(dyn.seed, "reward_probe"), (len(first), 1))
+        if p(first, probe, "reward_probe") is None:
+            skipped[name] = ("the model predicts no reward (Prediction.rewards or predict_rewards), so it cannot "
+                             "plan on the environment's reward")
+            continue
+        predictors[name] = p
+    blocks: dict[str, list[pa.Table]] = {k: [] for k in predictors}
+    with tqdm(total=len(predictors) * len(tasks), desc=f"control {world.name}", unit="task",
+              disable=not progress) as bar:
+        for name, pred in predictors.items():
+            for task in tasks:
+                real, acts = _act_out(pred, world, task, starts[task.name], dyn)
+                full = np.concatenate([np.zeros((E, 1, world.action_dim)), acts], axis=1)
+                blocks[name].append(rollout_table(
+                    world=world.name, source=name, regime="closed_loop", plan=task.name, condition=task.name,
+                    episodes=np.arange(E), t=np.arange(dyn.control_steps + 1), frames=world.render(real)[:, None],
+                    states=None if (o := observe(world, real)) is None else o[:, None], actions=full,
+                    frame_dtype=protocol.frame_dtype, reward=world.true_reward(real)[:, None]))
+                bar.update()
+    meta = {
+        "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
+        "dynamics": dataclasses.asdict(dyn), "num_futures": 1, "code": code_version("rollouts"),
+        "plans": {}, "counterfactual_pairs": [], "probes": {}, "skipped": skipped,
+        "tasks": {t.name: {"start": None, "description": t.description, "cost_from": t.cost_from} for t in tasks},
+        "state_level": f"not applicable: {SNAPSHOT_STATES}",
+    }
+    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name})
+            for name, parts in blocks.items()}, skipped
 
 
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
@@ -196,6 +338,8 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
     metadata says why, so that every later stage and the scorecard say "not applicable" instead of nothing.
     """
     why = not_applicable(world)
+    if why is None and hasattr(world, "observe"):
+        return control_tables(wcfg, world, models, dyn, protocol, progress)
     if why is not None:
         skipped = {name: f"not applicable: {why}" for name in models}
         meta = {"format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),

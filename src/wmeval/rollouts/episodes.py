@@ -147,12 +147,12 @@ def _frames(world: World, pred: Prediction, name: str) -> np.ndarray:
 
 def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfig, eps: Episodes, p: Plan,
                     h0: History, real: np.ndarray, real_frames: np.ndarray,
-                    samples: int) -> tuple[Prediction, np.ndarray, np.ndarray | None]:
+                    samples: int) -> tuple[Prediction, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """One-step predictions of each ``o_t`` from the realized ``o_0..o_{t-1}`` (realization 0 of ``p``):
-    ``(first prediction, frames, states)``."""
+    ``(first prediction, frames, states, rewards)``."""
     if getattr(model, "precomputed", False):
         pred = _predict(model, name, world, "teacher_forced", p, h0, p.actions, samples, None, eps, protocol)
-        return pred, _frames(world, pred, name), pred.states
+        return pred, _frames(world, pred, name), pred.states, pred.rewards
     steps = []
     for t in range(1, protocol.horizon + 1):
         hist = History(frames=real_frames[:, :t], states=observe(world, real[:, :t]), actions=p.actions[:, :t - 1],
@@ -162,7 +162,14 @@ def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfi
                               eps, protocol))
     frames = np.concatenate([_frames(world, s, name) for s in steps], axis=2)
     states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
-    return steps[0], frames, states
+    rewards = None if any(s.rewards is None for s in steps) else np.concatenate([s.rewards for s in steps], axis=2)
+    return steps[0], frames, states, rewards
+
+
+def _reward(world: World, pred: Prediction, frames: np.ndarray) -> np.ndarray | None:
+    """The reward column of a prediction: the model's own predicted rewards where it returns them (a reward
+    head), else the world's reward read from its states or frames."""
+    return pred.rewards if pred.rewards is not None else world.reward(pred.states, frames)
 
 
 def _log_prob(model: Any, name: str, world: World, h0: History, p: Plan, real: np.ndarray,
@@ -188,7 +195,7 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     samples = protocol.num_samples if getattr(model, "stochastic", False) else 1
     n = len(eps.ids)
     d = world.state_dim
-    tables, has_state, rendered = [], [], []
+    tables, has_state, has_reward, rendered = [], [], [], []
     h0 = History(states=observe(world, eps.s0[:, None]), actions=np.zeros((n, 0, world.action_dim)),
                  render=world.render, world_states=eps.s0[:, None])
     for p in eps.plans:
@@ -198,8 +205,9 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
         tables.append(rollout_table(
             world=world.name, source=name, regime="open_loop", plan=p.name, condition=p.condition,
             episodes=eps.ids, t=np.arange(1, H + 1), frames=frames, states=pred.states,
-            actions=p.actions, frame_dtype=protocol.frame_dtype, reward=world.reward(pred.states, frames)))
+            actions=p.actions, frame_dtype=protocol.frame_dtype, reward=_reward(world, pred, frames)))
         has_state.append(pred.states is not None)
+        has_reward.append(pred.rewards is not None)
         rendered.append(pred.frames is None)
         if progress is not None:
             progress.update()
@@ -207,18 +215,21 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
     p = eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))
     real = eps.realized[p.name][:, 0]  # (N, H + 1, D), realization 0
     real_frames = world.render(real)
-    pred, tf_frames, tf_states = _teacher_forced(model, name, world, protocol, eps, p, h0, real, real_frames,
-                                                 samples)
+    pred, tf_frames, tf_states, tf_rewards = _teacher_forced(model, name, world, protocol, eps, p, h0, real,
+                                                             real_frames, samples)
     has_state.append(tf_states is not None)
     rendered.append(pred.frames is None)
+    has_reward.append(tf_rewards is not None)
     logp = _log_prob(model, name, world, h0, p, real, real_frames)
     tables.append(rollout_table(
         world=world.name, source=name, regime="teacher_forced", plan=p.name, condition=p.condition,
         episodes=eps.ids, t=np.arange(1, H + 1), frames=tf_frames, states=tf_states,
-        actions=p.actions, frame_dtype=protocol.frame_dtype, logp=logp, reward=world.reward(tf_states, tf_frames)))
-    if len(set(has_state)) > 1:
-        raise ModelOutputError(f"model {name!r} on world {world.name!r}: returned states for some calls and "
-                               "not others; return states always or never")
+        actions=p.actions, frame_dtype=protocol.frame_dtype, logp=logp,
+        reward=tf_rewards if tf_rewards is not None else world.reward(tf_states, tf_frames)))
+    for what, flags in (("states", has_state), ("rewards", has_reward)):
+        if len(set(flags)) > 1:
+            raise ModelOutputError(f"model {name!r} on world {world.name!r}: returned {what} for some calls and "
+                                   f"not others; return {what} always or never")
     if progress is not None:
         progress.update()
     if hasattr(model, "unread_files") and (unread := model.unread_files()):

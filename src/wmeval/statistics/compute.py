@@ -22,7 +22,7 @@ from wmeval.statistics.dynamics_layers import (
     task_signal_contributions,
 )
 from wmeval.statistics.observation import (
-    action_sensitivity_rows,
+    counterfactual_pair_rows,
     frame_scores,
     nll_rows,
     sequence_episode_values,
@@ -78,8 +78,11 @@ def _model_rows(out: WorldRows, w: World, name: str, path: Path, truth: pa.Table
     out.sequences.append(seqs.to_pandas())
     out.episodes.append(nll_rows(w.name, name, table, N, H, str(path)))
     out.episodes.append(task_signal_contributions(w, name, table, truth, N, H, str(path)))
-    out.episodes.append(action_sensitivity_rows(w.name, name, table, truth, N, H, observed_pairs(w, truth), str(path),
-                                                emb, truth_emb))
+    pair_rows = counterfactual_pair_rows(w.name, name, table, truth, N, H, observed_pairs(w, truth), str(path), emb,
+                                         truth_emb)
+    out.episodes.append(pair_rows[pair_rows.t == 0])
+    out.curves.append(pair_rows[pair_rows.t > 0])
+    out.episodes.append(_summaries(pair_rows[pair_rows.t > 0], {"protocol_horizon": H}))
     return meta
 
 
@@ -116,7 +119,7 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
         "units": {"observation": N, "dynamics": dyn["n_episodes"], "control": dyn["control_episodes"]},
         "dynamics": {**dyn, "plans": dyn_meta["plans"], "counterfactual_pairs": dyn_meta["counterfactual_pairs"],
                      "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"],
-                     "not_applicable": dyn_meta.get("not_applicable")},
+                     "not_applicable": dyn_meta.get("not_applicable"), "state_level": dyn_meta.get("state_level")},
         "capabilities": gt_meta.get("capabilities"),
         "reward": gt_meta["world"].get("reward"), "event": gt_meta["world"].get("event"),
         "outcome_event": getattr(w, "outcome_event_name", None),

@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from wmeval.core.errors import WmevalError
+from wmeval.statistics.observation import counterfactual_cosine
 from wmeval.tables import LONG_COLUMNS, dense, long_rows, select
 from wmeval.worlds import World
+from wmeval.worlds.base import Task
 
 
 def _states(table: pa.Table, regime: str, plan: str, n: int, t: np.ndarray, where: str) -> np.ndarray:
@@ -41,9 +43,9 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
     out = []
     is_truth = source == "ground_truth"
     regime = "realized" if is_truth else "open_loop"
-    if not is_truth:
+    random_plans = [p for p, c in meta["plans"].items() if c == "random"]
+    if not is_truth and random_plans:   # none: an environment, whose dynamics tables hold control rows only
         # Layer 2: rollout error curves under random plans and under this model's planner plans.
-        random_plans = [p for p, c in meta["plans"].items() if c == "random"]
         curves = [pair_mse(world, _states(model, regime, p, n, t, where), _states(truth, "realized", p, n, t, where))
                   for p in random_plans]
         out.append(long_rows(world.name, source, "rollout_state_rmse", "open_loop", "random", "dynamics",
@@ -63,10 +65,7 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
         den = np.linalg.norm(true_d[:, :, 0], axis=-1).mean(axis=1)
         out.append(long_rows(world.name, source, "action_sensitivity", "open_loop", cond, "dynamics", num, den))
         pm, tm = pred_d.mean(axis=1), true_d.mean(axis=1)   # (N, T, D)
-        norms = np.linalg.norm(pm, axis=-1) * np.linalg.norm(tm, axis=-1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            # Undefined (NaN, the episode is counted out) where either difference vanishes.
-            cos = np.where(norms > 1e-12, np.sum(pm * tm, -1) / norms, np.nan)
+        cos = counterfactual_cosine(pm, tm)   # 0 for a model that ignores the action, NaN where the truth does
         gap = np.linalg.norm(pm - tm, axis=-1)
         out.append(long_rows(world.name, source, "counterfactual_cosine", "open_loop", cond, "dynamics", cos, t=t))
         out.append(long_rows(world.name, source, "counterfactual_gap", "open_loop", cond, "dynamics", gap, t=t))
@@ -82,11 +81,12 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
                              flags.mean(axis=(1, 2))))
     # Layer 6: control cost in the real world, per task.
     for task_name in meta["tasks"]:
-        cost = world_task(world, task_name)
+        task = world_task(world, task_name)
         T = dyn["control_steps"]
-        real = _states(model, "closed_loop", task_name, dyn["control_episodes"], np.arange(T + 1), where)
+        steps = dense(select(model, "closed_loop", task_name), "state" if task.cost_from == "state" else "reward",
+                      dyn["control_episodes"], np.arange(T + 1), where)[:, 0, 1:]   # the real steps 1..T
         out.append(long_rows(world.name, source, "control_cost", "closed_loop", task_name, "control",
-                         cost(real[:, 0, 1:]).mean(axis=1)))
+                             task.cost(steps).mean(axis=1)))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=LONG_COLUMNS)
 
 
@@ -97,10 +97,10 @@ def world_probe(world: World, name: str) -> Callable[[np.ndarray], np.ndarray]:
     raise WmevalError(f"world {world.name!r} declares no probe {name!r} (the dynamics file is stale?)")
 
 
-def world_task(world: World, name: str) -> Callable[[np.ndarray], np.ndarray]:
+def world_task(world: World, name: str) -> Task:
     for t in world.tasks():
         if t.name == name:
-            return t.cost
+            return t
     raise WmevalError(f"world {world.name!r} declares no task {name!r} (the dynamics file is stale?)")
 
 

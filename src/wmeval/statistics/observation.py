@@ -198,7 +198,7 @@ def nll_rows(world: str, source: str, model: pa.Table, n_episodes: int, horizon:
     return out[COLUMNS]
 
 
-__all__ = ["frame_scores", "diversity", "truth_diversity", "sequence_episode_values", "nll_rows", "PSNR_CAP_DB"]
+__all__ = ["frame_scores", "counterfactual_pair_rows", "diversity", "truth_diversity", "sequence_episode_values", "nll_rows", "PSNR_CAP_DB"]
 
 
 def _energy_spread(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
@@ -213,37 +213,69 @@ def _energy_spread(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
     return mean_dist(xa, xb, False) - 0.5 * (mean_dist(xa, xa, True) + mean_dist(xb, xb, True))
 
 
-def action_sensitivity_rows(world_name: str, source: str, model: pa.Table, truth: pa.Table, n_episodes: int,
-                            horizon: int, pairs: list[tuple[str, str]], where: str, model_emb: pa.Table | None = None,
-                            truth_emb: pa.Table | None = None) -> pd.DataFrame:
-    """Action sensitivity from the observation protocol, in pixel space and in the encoder's feature space.
+def counterfactual_cosine(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """Cosine over the last axis between predicted and real differences of two futures.
 
-    For each declared counterfactual pair ``(a, b)`` whose plans the protocol rolled out from the same
-    ``o_0``, per episode and averaged over the open-loop steps 1..H: the energy distance between the
-    model's samples under ``a`` and under ``b``, ``E||x_a - x_b|| - (E||x_a - x_a'|| + E||x_b - x_b'||) / 2``
-    (L2 over all pixels in [0, 1], or over the embedding; the within terms over distinct samples, 0 for one
-    sample), over the same energy distance between the realized futures. The within terms remove sampling
-    noise: a stochastic model that ignores the action scores about 0, not its noise level. For
-    deterministic models and worlds it is the plain spread ``||x_a - x_b||``. It does not see direction:
-    swapping the two actions keeps it. Steps 1..H, not step 1 alone: one step of a small action is often
-    below a pixel. The bootstrap combines them as a ratio: 1 is ideal, 0 means the model
-    ignores the action. It needs no state and no branching beyond the protocol's own plans.
+    0 where the prediction has no difference (a model that ignores the action carries no information on the
+    direction: seed 002's formula, whose ``+ 1e-9`` in the denominator gives the same 0); NaN, the episode
+    counted out, where the real difference is 0 (no direction to compare with).
+    """
+    pn, tn = np.linalg.norm(pred, axis=-1), np.linalg.norm(true, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = np.sum(pred * true, axis=-1) / (pn * tn)
+    return np.where(tn <= 1e-12, np.nan, np.where(pn <= 1e-12, 0.0, cos))
+
+
+def counterfactual_pair_rows(world_name: str, source: str, model: pa.Table, truth: pa.Table, n_episodes: int,
+                             horizon: int, pairs: list[tuple[str, str]], where: str, model_emb: pa.Table | None = None,
+                             truth_emb: pa.Table | None = None) -> pd.DataFrame:
+    """Seed 002's action sensitivity and counterfactual consistency (layers 4 and 5) on frames, from the
+    observation protocol: no state and no branching beyond the protocol's own plans.
+
+    For each declared counterfactual pair ``(a, b)`` whose plans the protocol rolled out from the same ``o_0``,
+    in pixel space (frames in [0, 1], flattened) and in the encoder's feature space when embeddings are given:
+
+    * ``{pixel,feature}_action_sensitivity`` (one row per episode, ``t = 0``): over the open-loop steps 1..H,
+      the energy distance between the model's samples under ``a`` and under ``b``,
+      ``E||x_a - x_b|| - (E||x_a - x_a'|| + E||x_b - x_b'||) / 2`` (the within terms over distinct samples,
+      0 for one sample), with the same for the realized futures as its denominator. The within terms remove
+      sampling noise: a stochastic model that ignores the action scores about 0, not its noise level; for
+      deterministic models and worlds it is the plain spread ``||x_a - x_b||``. It does not see direction.
+      Steps 1..H, not step 1 alone: one step of a small action is often below a pixel. The bootstrap
+      combines it as a ratio: 1 is ideal, 0 means the model ignores the action.
+    * ``{pixel,feature}_counterfactual_cosine`` and ``_gap`` (curves, ``t = 1..H``): with the predicted
+      difference ``d_pred = mean_k x_a^k - mean_k x_b^k`` (the model's sample means) and the realized one
+      ``d_true`` (means over realized futures), the cosine ``<d_pred, d_true> / (|d_pred| |d_true|)`` (1 ideal,
+      -1 the effect reversed; 0 where the predicted difference is 0, as for a model that ignores the action;
+      NaN, the episode counted out at that step, only where the real difference is 0) and the gap ``sqrt(mean((d_pred - d_true)^2))``, a root mean square
+      over pixels (intensity units) or embedding dimensions, so that frame sizes compare (0 ideal; a model
+      that ignores the action scores the RMS of the real effect). A stochastic model's sample means keep
+      some of its noise (shrinking as 1/sqrt(S)): its cosine is then lower and its gap larger than with
+      infinitely many samples.
     """
     from wmeval.tables import long_rows
 
     t_model, t_truth = np.arange(1, horizon + 1), np.arange(0, horizon + 1)
-    spaces = [("pixel_action_sensitivity", model, truth, "frame")]
+    spaces = [("pixel", model, truth, "frame")]
     if model_emb is not None and truth_emb is not None:
-        spaces.append(("feature_action_sensitivity", model_emb, truth_emb, "embedding"))
+        spaces.append(("feature", model_emb, truth_emb, "embedding"))
     out = []
-    for metric, m, g, column in spaces:
+    for space, m, g, column in spaces:
+        def read(table, regime, plan, t):
+            x = dense(select(table, regime, plan), column, n_episodes, t, where)
+            x = decode_frames(x) if column == "frame" else x
+            return np.asarray(x, np.float64).reshape(*x.shape[:3], -1)
         for a, b in pairs:
-            def read(table, regime, plan, t):
-                x = dense(select(table, regime, plan), column, n_episodes, t, where)
-                x = decode_frames(x) if column == "frame" else x
-                return np.asarray(x, np.float64).reshape(*x.shape[:3], -1)
+            cond = f"{a} vs {b}"
             pa_, pb_ = read(m, "open_loop", a, t_model), read(m, "open_loop", b, t_model)          # (N, S, H, F)
             ra, rb = read(g, "realized", a, t_truth)[:, :, 1:], read(g, "realized", b, t_truth)[:, :, 1:]
-            num, den = _energy_spread(pa_, pb_), _energy_spread(ra, rb)
-            out.append(long_rows(world_name, source, metric, "open_loop", f"{a} vs {b}", "observation", num, den))
+            out.append(long_rows(world_name, source, f"{space}_action_sensitivity", "open_loop", cond, "observation",
+                                 _energy_spread(pa_, pb_), _energy_spread(ra, rb)))
+            dp = pa_.mean(axis=1) - pb_.mean(axis=1)                                              # (N, H, F)
+            dt = ra.mean(axis=1) - rb.mean(axis=1)
+            cos = counterfactual_cosine(dp, dt)
+            gap = np.sqrt(np.mean((dp - dt) ** 2, axis=-1))
+            for name, v in (("cosine", cos), ("gap", gap)):
+                out.append(long_rows(world_name, source, f"{space}_counterfactual_{name}", "open_loop", cond,
+                                     "observation", v, t=t_model))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)

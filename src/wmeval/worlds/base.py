@@ -38,12 +38,19 @@ class Plan:
 
 @dataclass(frozen=True)
 class Task:
-    """A control task: start state, per-step cost on states ``(..., D) -> (...)``, declared target."""
+    """A control task: start state, per-step cost, declared target.
+
+    ``cost_from = "state"``: ``cost`` maps states ``(..., D) -> (...)`` and every control episode starts from
+    ``start``. ``cost_from = "reward"`` (an environment's own reward): ``cost`` maps per-step rewards
+    ``(...) -> (...)`` (the negative reward), the planner needs predicted rewards, and control episodes start
+    from the world's own initial states (``start`` is ``None``).
+    """
 
     name: str
-    start: tuple[float, ...]
+    start: tuple[float, ...] | None
     cost: object  # Callable[[np.ndarray], np.ndarray]
     description: str
+    cost_from: str = "state"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,13 @@ many plans (**branching**) where the backend can snapshot:
   try, so they are refused: set ``env_kwargs.repeat_action_probability: 0``.
 * classic control (CartPole, Pendulum, MountainCar, Acrobot): the core's ``state``
   attribute (and the few attributes its ``step`` reads besides).
+* MuJoCo (HalfCheetah, Hopper, ...): ``mj_getState`` / ``mj_setState`` of the full
+  integration state (``qpos`` and ``qvel`` alone leave the solver's warm start behind).
+  Rendering is off-screen through EGL (``MUJOCO_GL=egl`` unless set; ``osmesa`` for
+  software rendering).
+
+Classic control and MuJoCo are trusted only after a self-check: a restored state stepped
+twice gives the same observations.
 
 An environment with neither has no ``branch`` capability: each plan is then rolled
 from a fresh ``reset(seed=s)`` of the episode (which reproduces its start), and a
@@ -33,6 +40,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +48,7 @@ import numpy as np
 
 from wmeval.core.errors import WmevalError
 
-from .base import ExternalWorld, Plan
+from .base import ExternalWorld, Plan, Task
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +63,50 @@ def _classic_snapshot(core) -> dict:
 def _classic_restore(core, snap: dict) -> None:
     for k, v in snap.items():
         setattr(core, k, copy.deepcopy(v))
+
+
+def _mujoco_spec():
+    import mujoco
+
+    # The full integration state (time, qpos, qvel, act, warm-start accelerations, controls, mocap, plugins):
+    # qpos and qvel alone leave the solver's warm start behind, and a restored state then steps differently.
+    return mujoco, mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+def _mujoco_snapshot(core) -> np.ndarray:
+    mujoco, spec = _mujoco_spec()
+    buf = np.empty(mujoco.mj_stateSize(core.model, spec))
+    mujoco.mj_getState(core.model, core.data, buf, spec)
+    return buf
+
+
+def _mujoco_restore(core, snap: np.ndarray) -> None:
+    mujoco, spec = _mujoco_spec()
+    mujoco.mj_setState(core.model, core.data, snap, spec)
+    mujoco.mj_forward(core.model, core.data)     # positions, contacts, sensors of the restored state
+
+
+def _ale_snapshot(core):
+    return core.ale.cloneState()
+
+
+def _ale_restore(core, snap) -> None:
+    core.ale.restoreState(snap)
+
+
+#: Snapshot backends: ``name -> (snapshot(core), restore(core, snapshot))``.
+BACKENDS = {"ale": (_ale_snapshot, _ale_restore), "classic": (_classic_snapshot, _classic_restore),
+            "mujoco": (_mujoco_snapshot, _mujoco_restore)}
+
+
 FILTERS = ("area", "bilinear", "bicubic", "nearest")
+#: The declared task costs: ``env_reward``, the environment's own reward as negative cost.
+TASK_COSTS = ("env_reward",)
+
+
+def _negate(rewards: np.ndarray) -> np.ndarray:
+    """The per-step cost of an ``env_reward`` task: the negative reward."""
+    return -np.asarray(rewards, dtype=np.float64)
 
 
 @dataclass
@@ -69,9 +120,14 @@ class _Snap:
 
 
 def _import_gymnasium():
-    # Headless rendering: pygame (classic control) needs no display or sound device for rgb_array.
+    # Headless rendering: pygame (classic control) needs no display or sound device for rgb_array; MuJoCo
+    # renders off-screen through EGL (set MUJOCO_GL=osmesa for software rendering).
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    # torchvision (the resize) first: importing it after MuJoCo has made its EGL context segfaults (triton,
+    # which torchvision pulls in, initialises against the same GL libraries; measured with mujoco 4.0.1).
+    import torchvision.transforms.v2.functional  # noqa: F401
     try:
         import gymnasium as gym
     except ImportError:
@@ -137,6 +193,12 @@ class GymnasiumWorld(ExternalWorld):
             ``unwrapped.np_random``, reseeded from the protocol's stream before every step).
         max_state_dim: the largest Box observation that counts as a low-dimensional state.
         branch: ``auto`` (snapshot when the backend can) or ``none``.
+        control_tasks: control tasks, each ``{name, cost, description}``; ``cost: env_reward`` is the environment's
+            own reward (summed over ``frame_skip``) as negative cost. MPC plans with each model that predicts
+            rewards and acts in the real environment; the true world's planner scores its candidates by
+            branching (an oracle). Needs the branch capability.
+            Their budget is the ``dynamics`` section's (control_episodes, control_steps, n_plans,
+            plan_horizon), overridden per world under ``worlds.<name>.dynamics``.
     """
 
     name: str = "gymnasium"
@@ -154,7 +216,7 @@ class GymnasiumWorld(ExternalWorld):
     stochastic: bool = False
     max_state_dim: int = 64
     branch: str = "auto"
-
+    control_tasks: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for key in ("frame_height", "frame_width"):
@@ -177,7 +239,12 @@ class GymnasiumWorld(ExternalWorld):
                              f"**{dict(self.env_kwargs or {})}) failed: {type(e).__name__}: {e}") from None
         self._core = self._env.unwrapped
         # The rendered size, from one reset (seed 0); a classic-control core has its state only after a reset.
-        self._native = self._core_render_after_reset()
+        try:
+            self._native = self._core_render_after_reset()
+        except Exception as e:  # no off-screen GL (MuJoCo), no pygame (classic control)
+            raise ValueError(f"{self.env_id}: rendering with render_mode='rgb_array' failed: {type(e).__name__}: "
+                             f"{e} (MuJoCo renders off-screen with MUJOCO_GL={os.environ.get('MUJOCO_GL')}: it "
+                             "needs EGL (libegl1), or MUJOCO_GL=osmesa with libosmesa6)") from None
         self._backend = self._find_backend()
         space = self._env.action_space
         self._discrete = isinstance(space, gym.spaces.Discrete)
@@ -204,6 +271,31 @@ class GymnasiumWorld(ExternalWorld):
         self._pair = (pair[0], pair[1])
         self._shape = (self.frame_height or self._native[0], self.frame_width or self._native[1],
                        1 if self.grayscale else 3)
+        self._tasks = self._declared_tasks()
+
+    def _declared_tasks(self) -> list[Task]:
+        out, names = [], set()
+        tasks = self.control_tasks or []
+        if not isinstance(tasks, (list, tuple)):
+            raise ValueError(f"control_tasks must be a list of {{name, cost, description}}, got {tasks!r}")
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Mapping):
+                raise ValueError(f"control_tasks[{i}] = {t!r}: expected a mapping {{name, cost, description}}, "
+                                 "e.g. {name: balance, cost: env_reward}")
+            t = dict(t)
+            unknown = set(t) - {"name", "cost", "description"}
+            if unknown or not t.get("name") or t.get("cost") not in TASK_COSTS:
+                raise ValueError(f"control_tasks[{i}] = {t}: expected {{name, cost, description}} with cost one of "
+                                 f"{list(TASK_COSTS)}" + (f"; unknown keys {sorted(unknown)}" if unknown else ""))
+            if t["name"] in names:
+                raise ValueError(f"control_tasks[{i}]: the task name {t['name']!r} is declared twice")
+            if self._backend is None:
+                raise ValueError(f"control_tasks[{i}] ({t['name']!r}): MPC acts out plans by branching, but "
+                                 f"{self.env_id} has no snapshot backend")
+            names.add(t["name"])
+            text = t.get("description") or f"{self.env_id}'s own reward as negative cost, summed over frame_skip"
+            out.append(Task(str(t["name"]), None, _negate, text, cost_from="reward"))
+        return out
 
     # ------------------------------------------------------------------ capabilities
 
@@ -221,19 +313,25 @@ class GymnasiumWorld(ExternalWorld):
         # `state` attribute (CarRacing keeps its pixels there, the physics in Box2D) is not trusted.
         classic = type(self._core).__module__.startswith("gymnasium.envs.classic_control")
         if classic and isinstance(getattr(self._core, "state", None), (np.ndarray, tuple, list)):
-            return "classic" if self._restores_exactly() else None
+            return "classic" if self._restores_exactly("classic") else None
+        data = getattr(self._core, "data", None)
+        if type(data).__module__.startswith("mujoco") and hasattr(self._core, "model"):
+            return "mujoco" if self._restores_exactly("mujoco") else None
         return None
 
-    def _restores_exactly(self) -> bool:
-        """Self-check: a restored state stepped twice under one action gives the same observation both times."""
-        snap = _classic_snapshot(self._core)
+    def _restores_exactly(self, backend: str) -> bool:
+        """Self-check: a restored state stepped twice (three steps each) under one action gives the same
+        observation both times."""
+        take, put = BACKENDS[backend]
+        snap = take(self._core)
         space = self._env.action_space
         action = 0 if hasattr(space, "n") else np.asarray(space.high, dtype=space.dtype)
         outs = []
         for _ in range(2):
-            _classic_restore(self._core, snap)
-            outs.append(np.asarray(self._core.step(action)[0], dtype=np.float64))
-        _classic_restore(self._core, snap)
+            put(self._core, snap)
+            outs.append(np.concatenate([np.asarray(self._core.step(action)[0], dtype=np.float64).ravel()
+                                        for _ in range(3)]))
+        put(self._core, snap)
         return bool(np.array_equal(outs[0], outs[1]))
 
     @property
@@ -262,19 +360,13 @@ class GymnasiumWorld(ExternalWorld):
     # ------------------------------------------------------------------ the store
 
     def _snapshot(self, env) -> Any:
-        core = env.unwrapped
-        if self._backend == "ale":
-            return core.ale.cloneState()
-        if self._backend == "classic":
-            return _classic_snapshot(core)
+        if self._backend is not None:
+            return BACKENDS[self._backend][0](env.unwrapped)
         return env  # no backend: the live env, usable once
 
     def _restore(self, snap: _Snap):
-        if self._backend == "ale":
-            self._core.ale.restoreState(snap.snapshot)
-            return self._env
-        if self._backend == "classic":
-            _classic_restore(self._core, snap.snapshot)
+        if self._backend is not None:
+            BACKENDS[self._backend][1](self._core, snap.snapshot)
             return self._env
         if snap.snapshot is None:
             raise WmevalError(f"world {self.name!r} ({self.env_id}) cannot branch: a state was stepped twice "
@@ -339,6 +431,7 @@ class GymnasiumWorld(ExternalWorld):
     def step(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         handles = np.asarray(states)[..., 0].astype(np.int64)
         out = np.empty((len(handles), 1))
+        seeds = self._step_seeds(rng, (len(handles),))
         for i, h in enumerate(handles):
             snap = self._store[h]
             if snap.done:
@@ -346,8 +439,8 @@ class GymnasiumWorld(ExternalWorld):
                 out[i, 0] = len(self._store) - 1
                 continue
             env = self._restore(snap)
-            if self.stochastic:
-                env.unwrapped.np_random = np.random.Generator(np.random.PCG64(int(rng.integers(2**63))))
+            if seeds is not None:
+                env.unwrapped.np_random = np.random.Generator(np.random.PCG64(int(seeds[i])))
             total, done, obs = 0.0, False, None
             for _ in range(self.frame_skip):
                 obs, r, term, _, _ = env.unwrapped.step(self._env_action(actions[i]))
@@ -357,6 +450,39 @@ class GymnasiumWorld(ExternalWorld):
                     break
             out[i, 0] = self._add(env, obs, total, done, snap.seed)
         return out
+
+    def tasks(self) -> list[Task]:
+        return list(self._tasks)
+
+    def rollout_rewards(self, states: np.ndarray, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The true rewards ``(B, H)`` of plans ``(B, H, A)`` from handles ``(B, 1)``, by branching; nothing is
+        rendered or stored (the planner's oracle). A step after the episode ended earns 0."""
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        out = np.zeros(actions.shape[:2])
+        seeds = self._step_seeds(rng, actions.shape[:2])
+        for i, h in enumerate(handles):
+            snap = self._store[h]
+            if snap.done:
+                continue
+            env = self._restore(snap)
+            for t in range(actions.shape[1]):
+                if seeds is not None:
+                    env.unwrapped.np_random = np.random.Generator(np.random.PCG64(int(seeds[i, t])))
+                done = False
+                for _ in range(self.frame_skip):
+                    _, r, term, _, _ = env.unwrapped.step(self._env_action(actions[i, t]))
+                    out[i, t] += float(r)
+                    if term:
+                        done = True
+                        break
+                if done:
+                    break
+        return out
+
+    def _step_seeds(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray | None:
+        """A stochastic world's transition seeds, one per (episode, step) whether or not an episode has ended,
+        so that the draws do not depend on which episodes are done."""
+        return rng.integers(0, 2**63, size=shape, dtype=np.uint64) if self.stochastic else None
 
     def render(self, states: np.ndarray) -> np.ndarray:
         handles = np.asarray(states)[..., 0].astype(np.int64)
@@ -431,6 +557,11 @@ class GymnasiumWorld(ExternalWorld):
             import ale_py
 
             versions["ale_py"] = ale_py.__version__
+        if self._backend == "mujoco":
+            import mujoco
+
+            versions["mujoco"] = mujoco.__version__
+            versions["MUJOCO_GL"] = os.environ.get("MUJOCO_GL", "")
         return {
             "kind": "gymnasium", "name": self.name, "env_id": self.env_id, "env_kwargs": dict(self.env_kwargs or {}),
             "frame_shape": list(self._shape), "rendered_shape": list(self._native),
@@ -441,5 +572,6 @@ class GymnasiumWorld(ExternalWorld):
                         else {"low": self._low.tolist(), "high": self._high.tolist()}),
             "plans": self._declared_plan_names(), "counterfactual_pair": list(self._pair),
             "reward": f"{self.env_id}'s own reward, summed over frame_skip (ground truth only)",
+            "tasks": [{"name": t.name, "cost": "env_reward", "description": t.description} for t in self._tasks],
             "event": None, "versions": versions,
         }
