@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -533,3 +534,35 @@ def test_mujoco_half_cheetah_branches_exactly_and_plans():
     np.testing.assert_array_equal(w.observe(a), w.observe(b))
     assert w.render(a).std() > 0.01                                    # a real image, not a blank buffer
     np.testing.assert_array_equal(w.rollout_rewards(s0, acts, None), w.true_reward(a))
+
+
+def test_statistics_in_episode_chunks_change_no_value(monkeypatch):
+    """The statistics stage scores frames over chunks of episodes (bounded memory): one episode per chunk gives
+    exactly the values of one chunk for all, for every per-step, per-sequence and counterfactual row, with
+    several samples and realized futures (a stochastic world)."""
+    from wmeval.statistics import paired
+    from wmeval.statistics.observation import (
+        counterfactual_pair_rows,
+        frame_scores,
+        truth_diversity,
+    )
+
+    w = cartpole(stochastic=True)
+    models = {"noisy": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.05}}
+    proto = ProtocolConfig(name="t", n_episodes=5, horizon=3, num_samples=3, num_futures=2, n_random_plans=1,
+                           teacher_forced_plan="random_0", frame_dtype="uint8", seed=0)
+    tables = run_world(WorldConfig("cartpole", "gymnasium"), models, proto, progress=False, world=w)
+    m, g = tables["noisy"], tables["ground_truth"]
+
+    def everything():
+        steps, seqs = frame_scores(w, "noisy", m, g, 5, 3, "t")
+        return [steps.to_pandas(), seqs.to_pandas(), truth_diversity("c", g, 5, 3, "t").to_pandas(),
+                counterfactual_pair_rows("c", "noisy", m, g, 5, 3, [("a0", "a1")], "t"),
+                paired.contributions("c", "noisy", m, g, 5, 3, {"pixel_mse": ("frame", 3)}, "t").to_pandas()]
+
+    whole = everything()
+    monkeypatch.setattr(paired, "CHUNK_BYTES", 1)
+    assert len(paired.episode_chunks(5, np.zeros((5, 3, 40, 60, 3)))) == 5
+    for a, b in zip(whole, everything()):
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a, b, check_exact=True)

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from wmeval.metrics import PSNR_CAP_DB, best_of_k, lpips_distance, psnr_from_mse, ssim
-from wmeval.statistics.paired import episode_values
+from wmeval.statistics.paired import episode_chunks, episode_values
 from wmeval.tables import LONG_COLUMNS as COLUMNS
 from wmeval.tables import blocks, decode_frames, dense, select
 
@@ -73,20 +73,31 @@ def frame_scores(world, source: str, model: pa.Table, truth: pa.Table, n_episode
     for b in blocks(model):
         mb, gb = select(model, b.regime, b.plan), select(truth, "realized", b.plan)
         valid = dense(mb, "valid", n_episodes, t_model, where)[:, 0]                   # (N, T)
-        pred = decode_frames(dense(mb, "frame", n_episodes, t_model, where)).astype(np.float64)
-        real = decode_frames(dense(gb, "frame", n_episodes, t_truth, where)).astype(np.float64)[:, :, 1:]
+        pred_all = dense(mb, "frame", n_episodes, t_model, where)                      # stored dtype
+        real_all = dense(gb, "frame", n_episodes, t_truth, where)[:, :, 1:]
         if b.regime == "teacher_forced":
-            real = real[:, :1]
-        p, g = _pairs(pred, real)                                                       # (N, T, S, M, *img)
-        pair_mse = np.mean((p - g) ** 2, axis=(-3, -2, -1))                            # (N, T, S, M)
+            real_all = real_all[:, :1]
+        # Per episode, over chunks of episodes (the working set does not grow with N; values unchanged).
+        chunks = {k: [] for k in ("pair_mse", "ssim", "lpips", "diversity")}
+        for c in episode_chunks(n_episodes, *_pairs(pred_all, real_all)):
+            pred = decode_frames(pred_all[c]).astype(np.float64)
+            real = decode_frames(real_all[c]).astype(np.float64)
+            p, g = _pairs(pred, real)                                                   # (n, T, S, M, *img)
+            chunks["pair_mse"].append(np.mean((p - g) ** 2, axis=(-3, -2, -1)))        # (n, T, S, M)
+            chunks["ssim"].append(ssim(p, g).mean(axis=(2, 3)))
+            if lpips_model is not None:
+                chunks["lpips"].append(lpips_distance(p, g, lpips_model).mean(axis=(2, 3)))
+            if b.regime == "open_loop":
+                chunks["diversity"].append(diversity(pred))
+        pair_mse = np.concatenate(chunks["pair_mse"])
         _rows(steps, "psnr", b.regime, b.plan, b.condition, psnr_from_mse(pair_mse).mean(axis=(2, 3)), valid, t_model)
-        _rows(steps, "ssim", b.regime, b.plan, b.condition, ssim(p, g).mean(axis=(2, 3)), valid, t_model)
+        _rows(steps, "ssim", b.regime, b.plan, b.condition, np.concatenate(chunks["ssim"]), valid, t_model)
         if lpips_model is not None:
-            _rows(steps, "lpips", b.regime, b.plan, b.condition, lpips_distance(p, g, lpips_model).mean(axis=(2, 3)),
-                  valid, t_model)
+            _rows(steps, "lpips", b.regime, b.plan, b.condition, np.concatenate(chunks["lpips"]), valid, t_model)
         if b.regime != "open_loop":
             continue
-        _rows(steps, "sample_diversity", b.regime, b.plan, b.condition, diversity(pred), valid, t_model)
+        _rows(steps, "sample_diversity", b.regime, b.plan, b.condition, np.concatenate(chunks["diversity"]), valid,
+              t_model)
         # Sequence error of each (sample, future): mean frame MSE over the valid steps.
         w = valid.astype(np.float64)
         seq = np.einsum("ntsm,nt->nsm", pair_mse, w) / np.maximum(w.sum(axis=1), 1.0)[:, None, None]  # (N, S, M)
@@ -127,9 +138,10 @@ def truth_diversity(world: str, truth: pa.Table, n_episodes: int, horizon: int, 
     t_truth = np.arange(0, horizon + 1)
     out = {k: [] for k in CONTRIB}
     for b in blocks(truth):
-        real = decode_frames(dense(select(truth, "realized", b.plan), "frame", n_episodes, t_truth, where))
-        real = real.astype(np.float64)[:, :, 1:]
-        _rows(out, "sample_diversity", "open_loop", b.plan, b.condition, diversity(real),
+        real_all = dense(select(truth, "realized", b.plan), "frame", n_episodes, t_truth, where)[:, :, 1:]
+        div = np.concatenate([diversity(decode_frames(real_all[c]).astype(np.float64))
+                              for c in episode_chunks(n_episodes, real_all)])
+        _rows(out, "sample_diversity", "open_loop", b.plan, b.condition, div,
               np.ones((n_episodes, horizon), bool), t_truth[1:])
     return _table(world, "ground_truth", out)
 
@@ -208,7 +220,9 @@ def _energy_spread(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
         pairs = [(i, j) for i in range(u.shape[1]) for j in range(v.shape[1]) if not (distinct and i == j)]
         if not pairs:
             return np.zeros(len(u))
-        return np.mean([np.linalg.norm(u[:, i] - v[:, j], axis=-1).mean(axis=1) for i, j in pairs], axis=0)
+        # A sequential sum over pairs (the order np.mean(axis=0) takes for many episodes): its value for an
+        # episode does not depend on how many episodes are scored together (chunks).
+        return sum(np.linalg.norm(u[:, i] - v[:, j], axis=-1).mean(axis=1) for i, j in pairs) / len(pairs)
 
     return mean_dist(xa, xb, False) - 0.5 * (mean_dist(xa, xa, True) + mean_dist(xb, xb, True))
 
@@ -261,20 +275,23 @@ def counterfactual_pair_rows(world_name: str, source: str, model: pa.Table, trut
         spaces.append(("feature", model_emb, truth_emb, "embedding"))
     out = []
     for space, m, g, column in spaces:
-        def read(table, regime, plan, t):
-            x = dense(select(table, regime, plan), column, n_episodes, t, where)
-            x = decode_frames(x) if column == "frame" else x
-            return np.asarray(x, np.float64).reshape(*x.shape[:3], -1)
         for a, b in pairs:
             cond = f"{a} vs {b}"
-            pa_, pb_ = read(m, "open_loop", a, t_model), read(m, "open_loop", b, t_model)          # (N, S, H, F)
-            ra, rb = read(g, "realized", a, t_truth)[:, :, 1:], read(g, "realized", b, t_truth)[:, :, 1:]
+            arms = [dense(select(m, "open_loop", a), column, n_episodes, t_model, where),         # (N, S, H, ...)
+                    dense(select(m, "open_loop", b), column, n_episodes, t_model, where),
+                    dense(select(g, "realized", a), column, n_episodes, t_truth, where)[:, :, 1:],
+                    dense(select(g, "realized", b), column, n_episodes, t_truth, where)[:, :, 1:]]
+            parts = []
+            for c in episode_chunks(n_episodes, *arms):      # per episode: chunks change no value
+                x = [np.asarray(decode_frames(v[c]) if column == "frame" else v[c], np.float64) for v in arms]
+                pa_, pb_, ra, rb = (v.reshape(*v.shape[:3], -1) for v in x)                        # (n, S, H, F)
+                dp = pa_.mean(axis=1) - pb_.mean(axis=1)                                          # (n, H, F)
+                dt = ra.mean(axis=1) - rb.mean(axis=1)
+                parts.append((_energy_spread(pa_, pb_), _energy_spread(ra, rb), counterfactual_cosine(dp, dt),
+                              np.sqrt(np.mean((dp - dt) ** 2, axis=-1))))
+            num, den, cos, gap = (np.concatenate(v) for v in zip(*parts))
             out.append(long_rows(world_name, source, f"{space}_action_sensitivity", "open_loop", cond, "observation",
-                                 _energy_spread(pa_, pb_), _energy_spread(ra, rb)))
-            dp = pa_.mean(axis=1) - pb_.mean(axis=1)                                              # (N, H, F)
-            dt = ra.mean(axis=1) - rb.mean(axis=1)
-            cos = counterfactual_cosine(dp, dt)
-            gap = np.sqrt(np.mean((dp - dt) ** 2, axis=-1))
+                                 num, den))
             for name, v in (("cosine", cos), ("gap", gap)):
                 out.append(long_rows(world_name, source, f"{space}_counterfactual_{name}", "open_loop", cond,
                                      "observation", v, t=t_model))

@@ -17,6 +17,19 @@ from wmeval.core.errors import WmevalError
 from wmeval.metrics import expected_pairwise_mse
 from wmeval.tables import blocks, decode_frames, dense, select
 
+#: The most bytes of float64 frame data the statistics stage decodes at once: per-episode scores are computed
+#: over chunks of episodes, so that the working set does not grow with the number of episodes (Pong's
+#: 210 x 160 x 3 frames: 8 episodes of 10 steps per chunk). Every score is per episode, so the
+#: chunking changes no value.
+CHUNK_BYTES = 2**27
+
+
+def episode_chunks(n_episodes: int, *arrays: np.ndarray) -> list[slice]:
+    """Slices of episodes whose float64 copies of ``arrays`` (episode axis first) fit :data:`CHUNK_BYTES`."""
+    per_episode = sum(8 * int(np.prod(a.shape[1:])) for a in arrays)
+    rows = max(1, CHUNK_BYTES // max(1, per_episode))
+    return [slice(lo, min(n_episodes, lo + rows)) for lo in range(0, n_episodes, rows)]
+
 
 def contributions(world: str, source: str, model: pa.Table, truth: pa.Table, n_episodes: int,
                   horizon: int, columns: dict[str, tuple[str, int]], where: str,
@@ -46,20 +59,24 @@ def contributions(world: str, source: str, model: pa.Table, truth: pa.Table, n_e
                 if column not in model.column_names or column not in truth.column_names:
                     continue
                 mb, gb = m_block, g_block
-            pred = dense(mb, column, n_episodes, t_model, where)
-            targ = dense(gb, column, n_episodes, t_truth, where)[:, :, 1:]
-            if column == "frame":
-                pred, targ = decode_frames(pred), decode_frames(targ)
+            pred_all = dense(mb, column, n_episodes, t_model, where)
+            targ_all = dense(gb, column, n_episodes, t_truth, where)[:, :, 1:]
             if b.regime == "teacher_forced":
-                targ = targ[:, :1]  # the teacher-forced trajectory is realization 0
-            if column == "state" and state_delta is not None:
-                # All (sample, future) pairs explicitly: states are small, and the world's
-                # geometry (a torus) is not an inner-product space.
-                d = state_delta(np.moveaxis(pred, 1, 2)[:, :, :, None], np.moveaxis(targ, 1, 2)[:, :, None])
-                val = np.mean(d**2, axis=(2, 3, 4))
-            else:
-                # (N, S, T, *ev) -> (N, T, S, *ev): the sample axis sits before the event axes.
-                val = expected_pairwise_mse(np.moveaxis(pred, 1, 2), np.moveaxis(targ, 1, 2), ev)  # (N, T)
+                targ_all = targ_all[:, :1]  # the teacher-forced trajectory is realization 0
+            parts = []
+            for c in episode_chunks(n_episodes, pred_all, targ_all):
+                pred, targ = pred_all[c], targ_all[c]
+                if column == "frame":
+                    pred, targ = decode_frames(pred), decode_frames(targ)
+                if column == "state" and state_delta is not None:
+                    # All (sample, future) pairs explicitly: states are small, and the world's
+                    # geometry (a torus) is not an inner-product space.
+                    d = state_delta(np.moveaxis(pred, 1, 2)[:, :, :, None], np.moveaxis(targ, 1, 2)[:, :, None])
+                    parts.append(np.mean(d**2, axis=(2, 3, 4)))
+                else:
+                    # (N, S, T, *ev) -> (N, T, S, *ev): the sample axis sits before the event axes.
+                    parts.append(expected_pairwise_mse(np.moveaxis(pred, 1, 2), np.moveaxis(targ, 1, 2), ev))
+            val = np.concatenate(parts)                                                       # (N, T)
             e_idx, t_idx = np.nonzero(valid)
             rows["metric"] += [metric] * len(e_idx)
             rows["regime"] += [b.regime] * len(e_idx)
