@@ -22,7 +22,8 @@ SRC = ROOT / "src"
 PKG = SRC / "wmeval"
 #: One subpackage per stage; the rest of src/wmeval are shared layers (and the CLI apps on top).
 STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
-SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering")
+SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering",
+          "human")
 APPS = ("cli", "sweep", "stats")
 
 
