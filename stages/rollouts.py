@@ -10,9 +10,9 @@ from pathlib import Path
 
 from wmeval.core.config import load_params, world_dynamics
 from wmeval.core.runner import main
-from wmeval.rollouts import build_models, run_world
+from wmeval.rollouts import build_models
 from wmeval.rollouts.dynamics import dynamics_tables
-from wmeval.rollouts.episodes import check_memory
+from wmeval.rollouts.episodes import check_memory, world_tables
 from wmeval.rollouts.inputs import (
     check_declared,
     model_inputs,
@@ -42,15 +42,18 @@ def run() -> None:
             world = worlds[name]
             entries = params.models[name].entries if name in params.models else {}
             models = build_models(world, entries)
-            tables = run_world(wcfg, entries, params.protocol, world=world, models=models)
+            (tmp / name / "dynamics").mkdir(parents=True)
+            # Each observation table is written as it comes (one model's table in memory at a time).
+            for source, table in world_tables(wcfg, entries, params.protocol, world=world, models=models):
+                write_table(table, tmp / name / f"{source}.parquet")
+                log.info("%s/%s: %d rows", name, source, table.num_rows)
+                del table
             dyn, skipped = dynamics_tables(wcfg, world, models, world_dynamics(params, name), params.protocol)
             for model, reason in skipped.items():
                 log.info("%s/%s: no dynamics layers: %s", name, model, reason)
-            (tmp / name / "dynamics").mkdir(parents=True)
-            for sub, group in (("", tables), ("dynamics", dyn)):
-                for source, table in group.items():
-                    write_table(table, tmp / name / sub / f"{source}.parquet")
-                    log.info("%s/%s%s: %d rows", name, f"{sub}/" if sub else "", source, table.num_rows)
+            for source, table in dyn.items():
+                write_table(table, tmp / name / "dynamics" / f"{source}.parquet")
+                log.info("%s/dynamics/%s: %d rows", name, source, table.num_rows)
 
 
 if __name__ == "__main__":

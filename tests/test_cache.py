@@ -114,3 +114,20 @@ def test_bad_encoder_output_is_a_clear_error(tmp_path):
 
     with pytest.raises(WmevalError, match="wrong count or non-finite"):
         FeatureCache(tmp_path, "k").embed(items(3), lambda x: np.full((3, 2), np.nan))
+
+
+def test_large_rows_reach_the_encoder_in_bounded_chunks(tmp_path, monkeypatch):
+    """The encoder never gets more than COMPUTE_BYTES of rows (as float32) at once, whatever ``chunk`` says; the
+    embeddings are the same."""
+    from wmeval.features import cache
+
+    monkeypatch.setattr(cache, "COMPUTE_BYTES", 4 * 9 * 7)             # 7 rows of 3 x 3 x 1
+    sizes = []
+
+    def counting(x):
+        sizes.append(len(x))
+        return enc(x)
+
+    x = items(50)
+    np.testing.assert_array_equal(FeatureCache(tmp_path, "k").embed(x, counting, chunk=30), enc(x))
+    assert max(sizes) == 7 and sum(sizes) == 50

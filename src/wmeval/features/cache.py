@@ -68,6 +68,10 @@ def row_keys(items: np.ndarray) -> list[bytes]:
     return [hashlib.blake2b(head + row.tobytes(), digest_size=16).digest() for row in items]
 
 
+#: The most bytes of rows (as float32) handed to the encoder at once.
+COMPUTE_BYTES = 2**27
+
+
 @dataclass
 class CacheStats:
     rows: int = 0
@@ -185,7 +189,12 @@ class FeatureCache:
 
     def embed(self, items: np.ndarray, compute: Callable[[np.ndarray], np.ndarray], chunk: int = 2048,
               progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Embeddings of every row of ``items``, computing only the rows no shard has."""
+        """Embeddings of every row of ``items``, computing only the rows no shard has.
+
+        Rows are computed (and written as one shard) ``chunk`` at a time, fewer for large rows: at most
+        :data:`COMPUTE_BYTES` of them as float32, so that the encoder's input does not grow with the frame
+        size (2048 rows of 64 x 64 x 3 frames; 332 of Pong's 210 x 160 x 3)."""
+        chunk = max(1, min(chunk, COMPUTE_BYTES // max(1, 4 * int(np.prod(items.shape[1:])))))
         keys = row_keys(items)
         self._load_index()
         index = self._index

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,21 +285,29 @@ def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:
     return {name: build_model(world.name, name, dict(cfg), world) for name, cfg in models_cfg.items()}
 
 
-def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
-              progress: bool = True, *, world: World | None = None,
-              models: dict[str, Any] | None = None) -> dict[str, pa.Table]:
-    """Every observation table of one world: ``{"ground_truth": ..., model name: ...}``."""
+def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
+                 progress: bool = True, *, world: World | None = None,
+                 models: dict[str, Any] | None = None) -> Iterator[tuple[str, pa.Table]]:
+    """Every observation table of one world, one at a time: ``("ground_truth", table)``, then each model's.
+
+    The stage writes each table as it comes, so that no more than one model's table is held at once."""
     world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
     models = models if models is not None else build_models(world, models_cfg)
     eps = make_episodes(world, protocol)
     eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))  # fail early on a bad plan name
-    out = {GROUND_TRUTH: ground_truth_table(world, wcfg, protocol, eps)}
+    yield GROUND_TRUTH, ground_truth_table(world, wcfg, protocol, eps)
     bar = tqdm(total=len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
                unit="rollout", disable=not progress)
     with bar:
         for name, model in models.items():
-            out[name] = model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, eps, bar)
-    return out
+            yield name, model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, eps, bar)
+
+
+def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
+              progress: bool = True, *, world: World | None = None,
+              models: dict[str, Any] | None = None) -> dict[str, pa.Table]:
+    """Every observation table of one world: ``{"ground_truth": ..., model name: ...}``."""
+    return dict(world_tables(wcfg, models_cfg, protocol, progress, world=world, models=models))
 
 
 def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> None:
