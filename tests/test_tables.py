@@ -1,4 +1,5 @@
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -107,3 +108,22 @@ def test_rollouts_are_deterministic(tiny_params):
     b = run_world(p.worlds["blobs"], p.models["blobs"].entries, p.protocol, progress=False)
     for k in a:
         assert a[k].equals(b[k])
+
+
+def test_frame_tables_are_written_in_small_row_groups(tmp_path):
+    """A table of large tensor rows is written in row groups of ROW_GROUP_BYTES of tensor data (reading a tensor
+    column decodes one row group at a time, so a read's transient memory is bounded), and reads back exactly; a
+    table without tensor columns keeps Arrow's single row group."""
+    import pyarrow.parquet as pq
+
+    from wmeval.tables import io
+
+    frames = np.random.default_rng(0).integers(0, 256, size=(300, 210, 160, 3), dtype=np.uint8)
+    t = pa.table({"episode": np.arange(300), "frame": io.tensor_array(frames)})
+    io.write_table(t, tmp_path / "f.parquet")
+    meta = pq.ParquetFile(tmp_path / "f.parquet").metadata
+    assert io.row_group_rows(t) == 83 and meta.num_row_groups == 4 and meta.row_group(0).num_rows == 83
+    np.testing.assert_array_equal(io.tensor_numpy(io.read_table(tmp_path / "f.parquet", ["episode", "frame"]),
+                                                  "frame"), frames)
+    io.write_table(pa.table({"episode": np.arange(300)}), tmp_path / "s.parquet")
+    assert pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups == 1
