@@ -319,15 +319,23 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
                     states=None if (o := observe(world, real)) is None else o[:, None], actions=full,
                     frame_dtype=protocol.frame_dtype, reward=world.true_reward(real)[:, None]))
                 bar.update()
-    meta = {
-        "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
-        "dynamics": dataclasses.asdict(dyn), "num_futures": 1, "code": code_version("rollouts"),
-        "plans": {}, "counterfactual_pairs": [], "probes": {}, "skipped": skipped,
-        "tasks": {t.name: {"start": None, "description": t.description, "cost_from": t.cost_from} for t in tasks},
-        "state_level": f"not applicable: {SNAPSHOT_STATES}",
-    }
-    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name})
-            for name, parts in blocks.items()}, skipped
+    meta = _meta(wcfg, world, dyn, 1, skipped, plans={}, counterfactual_pairs=[], probes={},
+                 tasks={t.name: {"start": None, "description": t.description, "cost_from": t.cost_from}
+                        for t in tasks},
+                 state_level=f"not applicable: {SNAPSHOT_STATES}")
+    return _tables(meta, blocks), skipped
+
+
+def _meta(wcfg: WorldConfig, world: World, dyn: DynamicsConfig, num_futures: int, skipped: dict[str, str],
+          **layers: Any) -> dict[str, Any]:
+    """The dynamics tables' metadata: what every source's table records, and the layers' declarations."""
+    return {"format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
+            "dynamics": dataclasses.asdict(dyn), "num_futures": num_futures, "code": code_version("rollouts"),
+            "skipped": skipped, **layers}
+
+
+def _tables(meta: dict[str, Any], blocks: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
+    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name}) for name, parts in blocks.items()}
 
 
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
@@ -342,12 +350,9 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
         return control_tables(wcfg, world, models, dyn, protocol, progress)
     if why is not None:
         skipped = {name: f"not applicable: {why}" for name in models}
-        meta = {"format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
-                "dynamics": dataclasses.asdict(dyn), "num_futures": 0, "code": code_version("rollouts"),
-                "plans": {}, "counterfactual_pairs": [], "tasks": {}, "probes": {}, "skipped": skipped,
-                "not_applicable": why}
-        empty = pa.table({"world": pa.array([], pa.string())})
-        return {GROUND_TRUTH: with_metadata(empty, {**meta, "source": GROUND_TRUTH})}, skipped
+        meta = _meta(wcfg, world, dyn, 0, skipped, plans={}, counterfactual_pairs=[], tasks={}, probes={},
+                     not_applicable=why)
+        return _tables(meta, {GROUND_TRUTH: [pa.table({"world": pa.array([], pa.string())})]}), skipped
     n, H = dyn.n_episodes, dyn.horizon
     s0 = world.initial_states(n, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
     plans = world.plans(n, H, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))
@@ -364,12 +369,8 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
             q.planner_rows(name, pred, samples)
             q.probe_rows(name, pred, samples)
             q.control_rows(name, pred)
-    meta = {
-        "format": FORMAT, "world": world.describe(), "world_config": dataclasses.asdict(wcfg),
-        "dynamics": dataclasses.asdict(dyn), "num_futures": m, "code": code_version("rollouts"),
-        "plans": {p.name: p.condition for p in plans}, "counterfactual_pairs": world.counterfactual_pairs(),
-        "tasks": {t.name: {"start": list(t.start), "description": t.description} for t in tasks},
-        "probes": {p.name: p.description for p in probes}, "skipped": skipped,
-    }
-    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name})
-            for name, parts in q.blocks.items()}, skipped
+    meta = _meta(wcfg, world, dyn, m, skipped, plans={p.name: p.condition for p in plans},
+                 counterfactual_pairs=world.counterfactual_pairs(),
+                 tasks={t.name: {"start": list(t.start), "description": t.description} for t in tasks},
+                 probes={p.name: p.description for p in probes})
+    return _tables(meta, q.blocks), skipped
