@@ -162,7 +162,7 @@ def test_features_stage_without_weights_fails_cleanly(tmp_path):
     assert not (proj / "data" / "features").exists()
 
 
-def test_embed_file_clips_and_frames(tmp_path, tiny_params):
+def test_embed_file_clips_and_frames(tmp_path, tiny_params, monkeypatch):
     from wmeval.features import embed_file
     from wmeval.rollouts import run_world
     from wmeval.tables import tensor_numpy, write_table
@@ -192,6 +192,13 @@ def test_embed_file_clips_and_frames(tmp_path, tiny_params):
     assert read_metadata_of(frames_out)["comparable_to_published"] is False
     _, again = embed_file(path, pix, str(tmp_path / "cache"), progress=False)
     assert again["embedded"] == 0
+    # Frames are read in batches of at most WINDOW_BYTES (bounded memory): 7-row batches give the same table.
+    from wmeval.tables import io
+
+    monkeypatch.setattr(io, "WINDOW_BYTES", 7 * int(np.prod(tables["s"].column("frame").type.shape)))
+    batched, st = embed_file(path, pix, str(tmp_path / "cache-batched"), progress=False)
+    assert st["embedded"] > 0 and tables["s"].num_rows % 7 != 0
+    assert batched.equals(frames_out) and batched.schema.metadata == frames_out.schema.metadata
 
 
 def read_metadata_of(table):

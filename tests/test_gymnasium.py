@@ -13,6 +13,7 @@ from wmeval.core.config import ProtocolConfig, WorldConfig  # noqa: E402
 from wmeval.core.errors import ConfigError, WmevalError  # noqa: E402
 from wmeval.rollouts import run_world  # noqa: E402
 from wmeval.rollouts.episodes import make_episodes  # noqa: E402
+from wmeval.tables import select  # noqa: E402
 from wmeval.worlds import GymnasiumWorld, build_world  # noqa: E402
 from wmeval.worlds.base import capabilities, missing  # noqa: E402
 
@@ -201,6 +202,12 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions, task):
         assert "`shuffled` has no control layer: an observation-layer control" in card
         cost = stats[stats.metric == "control_cost"]
         assert set(cost.source) == {"ground_truth", "oracle-noise"} and len(cost) == 2 * 3   # tiny: 3 episodes
+        # Pixel rollout curves from the control starts (tiny: horizon min(6, 5 control steps) = 5), random and
+        # planner's actions, headlined at step 5; the noise model's error is about its noise level.
+        roll = stats[stats.metric == "rollout_pixel_rmse"]
+        assert set(roll.condition) == {"random @t=5", "planner @t=5"} and set(roll.source) == {"oracle-noise"}
+        assert 0.2e-4 < roll.value.mean() <= 1e-4, roll.value.mean()
+        assert "pixel rollout RMSE @5, random actions" in card and "pixel rollout RMSE @5, planner's actions" in card
     assert "event reliability: not applicable: gymnasium declares no binary outcome event" in card
     assert set(stats.source) == {"ground_truth", "persistence", "oracle-noise", "shuffled"}
     assert set(stats[stats.metric == "pixel_mse"].condition) >= set(conditions)
@@ -379,7 +386,8 @@ def test_control_tasks_act_out_mpc_in_the_environment():
     assert "predicts no reward" in skipped["persistence"] and "predicts no reward" in skipped["not-implemented"]
 
     def col(name, c):
-        return np.asarray(tables[name].column(c).to_pylist(), dtype=float).reshape(3, 5, -1)
+        rows = select(tables[name], "closed_loop", "swing_up")
+        return np.asarray(rows.column(c).to_pylist(), dtype=float).reshape(3, 5, -1)
 
     np.testing.assert_array_equal(col("oracle", "action"), col("ground_truth", "action"))
     np.testing.assert_array_equal(col("oracle", "reward"), col("ground_truth", "reward"))
@@ -398,13 +406,62 @@ def test_control_tasks_act_out_mpc_in_the_environment():
     meta = {"dynamics": dataclasses.asdict(dyn), "plans": {}, "counterfactual_pairs": [], "probes": {},
             "tasks": {"swing_up": {}}}
     df = dynamics_contributions(w, "oracle", tables["oracle"], tables["ground_truth"], meta, "t")
-    assert set(df.metric) == {"control_cost"}
+    assert set(df.metric) == {"control_cost"}     # the pixel rollout curves are frame_rollout_contributions
     np.testing.assert_allclose(df.value.to_numpy(), -col("oracle", "reward")[:, 1:, 0].mean(axis=1))
     models = {"bad": _BadRewards()}
     with pytest.raises(WmevalError, match=r"model 'bad' on world 'gp' \(control\): rewards: shape \(24, 1, 1\), "
                                           r"expected \(24, 1, 3\)"):
         dynamics_tables(WorldConfig("gp", "gymnasium"), w, models, dataclasses.replace(dyn, control_steps=1),
                         PROTO, progress=False)
+
+
+def test_pixel_rollout_curves_under_random_and_planner_actions():
+    """Layer 2 on frames: from the control starts, each planning model's open-loop frames under random actions
+    and under the actions its own MPC took, against the environment's frames of the same actions. An exact
+    oracle scores 0 at every step (an off-by-one step would not), and a model that repeats the start frame
+    scores the hand-computed error against frames rendered by branching."""
+    import dataclasses
+
+    from wmeval.core.config import DynamicsConfig
+    from wmeval.core.rng import make_rng
+    from wmeval.models.base import build_model
+    from wmeval.rollouts.dynamics import dynamics_tables
+    from wmeval.statistics.dynamics_layers import frame_rollout_contributions
+    from wmeval.worlds.base import rollout_states
+
+    w = _control_world()
+    dyn = DynamicsConfig(name="t", n_episodes=2, horizon=3, n_random_plans=1, counterfactual_horizon=2, n_plans=6,
+                         plan_horizon=3, control_episodes=3, control_steps=5, probe_horizon=4, probe_windows=[1],
+                         probe_tolerance=0.0, probe_max_true_rate=0.01, seed=0)
+    models = {"oracle": build_model("gp", "oracle", {"_target_": "wmeval.models.OracleNoiseModel",
+                                                       "noise_std": 0.0}, w),
+              "still": _ActionPenalty(), "rewards-only": _RewardsOnly()}
+    tables, _ = dynamics_tables(WorldConfig("gp", "gymnasium"), w, models, dyn, PROTO, progress=False)
+    meta = {"dynamics": dataclasses.asdict(dyn), "frame_rollouts": {"horizon": 3, "planner_task": "swing_up"}}
+    curves = {n: frame_rollout_contributions(w, n, tables[n], tables["ground_truth"], meta, n) for n in models}
+    assert curves["rewards-only"].empty                              # no frames predicted: no pixel curves
+    assert set(curves["oracle"].condition) == {"random", "planner"} and set(curves["oracle"].t) == {1, 2, 3}
+    assert set(curves["oracle"].unit) == {"control"}
+    np.testing.assert_array_equal(curves["oracle"].value, 0.0)
+    # By hand: the start frames, the random actions' real frames (branching) and the planner's real frames.
+    starts = w.initial_states(3, make_rng(0, "gp", "control_starts", "swing_up"))
+    acts = w.sample_actions(make_rng(0, "gp", "frame_rollouts", "random"), (3, 3))
+    real = w.render(rollout_states(w, starts, acts, make_rng(0, "gp", "frame_rollouts", "random_world"))[:, 1:])
+    q = lambda x: np.rint(x * 255) / 255                                # frames are stored as uint8
+    first = q(w.render(starts))
+    want = np.mean((first[:, None] - q(real)) ** 2, axis=(2, 3, 4))    # (E, t)
+    got = curves["still"][curves["still"].condition == "random"].sort_values(["episode", "t"]).value.to_numpy()
+    np.testing.assert_allclose(got, want.ravel(), rtol=1e-5)
+    assert want.min() > 0                                               # the pendulum moves: the check can fail
+    closed = select(tables["still"], "closed_loop", "swing_up")
+    planned = select(tables["still"], "open_loop", "planner")
+    pa_ = lambda t, c: np.asarray(t.sort_by([("episode", "ascending"), ("t", "ascending")]).column(c).to_pylist())
+    np.testing.assert_array_equal(pa_(planned, "action").reshape(3, 3, -1),
+                                  pa_(closed, "action").reshape(3, 6, -1)[:, 1:4])
+    frames = pa_(closed, "frame").reshape(3, 6, 16, 16, 1)[:, 1:4] / 255.0
+    want = np.mean((first[:, None] - frames) ** 2, axis=(2, 3, 4))
+    got = curves["still"][curves["still"].condition == "planner"].sort_values(["episode", "t"]).value.to_numpy()
+    np.testing.assert_allclose(got, want.ravel(), rtol=1e-5)
 
 
 def test_control_tasks_are_checked():

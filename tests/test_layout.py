@@ -333,7 +333,7 @@ def test_every_declaration_is_known_to_its_reader(tmp_path):
         assert set(m.card) <= set(CARD_FIELDS) | set(AFTER_INTERVAL), m.name
         for s in m.shown:
             assert s.section in TABLES, (m.name, s.section)
-            assert set(re.findall(r"{(\w+)}", s.label + s.condition)) <= {"H", "Hd", "cf", "pair", "task", "view", "opair"}
+            assert set(re.findall(r"{(\w+)}", s.label + s.condition)) <= {"H", "Hd", "Hr", "cf", "pair", "task", "view", "opair"}
     from wmeval.worlds.dataset import write_dataset
 
     write_dataset(tmp_path / "d.parquet", [{"frames": np.zeros((3, 8, 8, 1), np.uint8), "actions": np.zeros((2, 1))}],

@@ -1,4 +1,5 @@
 import numpy as np
+import pyarrow as pa
 import pytest
 from scipy import stats as sps
 
@@ -137,3 +138,74 @@ def test_weighted_frechet_statistic_without_copies():
 
     r = cluster_bootstrap(real, np.repeat(np.arange(50), 4), fd, n_resamples=300, seed=0)
     assert r.low <= r.point <= r.high and r.n_clusters == 50
+
+
+def test_statistics_read_in_episode_windows_change_no_value(tmp_path, tiny_params, monkeypatch):
+    """The statistics stage reads frames one window of episodes at a time (bounded memory): with one episode
+    per window, every row of both built-in worlds (paired errors, frame scores, NLL, task signals,
+    counterfactuals, distributional sets, dynamics) comes out exactly as when all episodes are read at once.
+    A row with an episode outside the protocol is refused by name, never skipped by the windows."""
+    import dataclasses
+
+    import pandas as pd
+
+    from wmeval.core.config import world_dynamics
+    from wmeval.core.errors import WmevalError
+    from wmeval.core.stale import encoder_config
+    from wmeval.encoders import build_encoder
+    from wmeval.features import Caches, embed_file
+    from wmeval.rollouts import build_models
+    from wmeval.rollouts.dynamics import dynamics_tables
+    from wmeval.rollouts.episodes import world_tables
+    from wmeval.statistics.compute import world_rows
+    from wmeval.tables import episode_windows, io, read_table, write_table
+    from wmeval.worlds import build_world
+
+    p = tiny_params
+    encoder = build_encoder(p.encoder)
+    caches = Caches(encoder, str(tmp_path / "cache"))
+    made_with = {"encoder_config": encoder_config(p.encoder.name, p.encoder.kind, p.encoder.params)}
+    rollouts, features = tmp_path / "rollouts", tmp_path / "features"
+    for name, wcfg in p.worlds.items():
+        world = build_world(name, dataclasses.asdict(wcfg))
+        models = build_models(world, p.models[name].entries)
+        (rollouts / name / "dynamics").mkdir(parents=True)
+        (features / encoder.name / name).mkdir(parents=True)
+        for source, table in world_tables(wcfg, p.models[name].entries, p.protocol, False, world=world,
+                                          models=models):
+            write_table(table, rollouts / name / f"{source}.parquet")
+            emb, _ = embed_file(rollouts / name / f"{source}.parquet", encoder, progress=False, caches=caches,
+                                made_with=made_with)
+            write_table(emb, features / encoder.name / name / f"{source}.parquet")
+        dyn, _ = dynamics_tables(wcfg, world, models, world_dynamics(p, name), p.protocol, progress=False)
+        for source, table in dyn.items():
+            write_table(table, rollouts / name / "dynamics" / f"{source}.parquet")
+
+    def everything(world):
+        r = world_rows(p, world, rollouts, features)
+        return [pd.concat(getattr(r, k), ignore_index=True) for k in
+                ("contributions", "sequences", "episodes", "curves", "distributional")], r.record
+
+    for world in p.worlds:
+        whole, record = everything(world)
+        with monkeypatch.context() as m:
+            m.setattr(io, "WINDOW_BYTES", 1)
+            n = p.protocol.n_episodes
+            assert len(episode_windows([rollouts / world / "ground_truth.parquet"], n)) == n
+            parts, record_w = everything(world)
+        assert record_w == record
+        for a, b in zip(whole, parts):
+            assert len(a) > 0
+            key = [c for c in a.columns if c not in ("value", "denominator")
+                   and not a[c].map(lambda v: isinstance(v, (list, np.ndarray, dict))).any()]
+            a, b = (x.sort_values(key, kind="stable").reset_index(drop=True) for x in (a, b))
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert set(whole[0].episode) == set(range(n))
+    # A stray episode id is named, with its file and column.
+    path = rollouts / "pendulum" / "linear.parquet"
+    t = read_table(path)
+    i = t.schema.get_field_index("episode")
+    write_table(t.set_column(i, t.schema.field(i), pa.array([99] * t.num_rows, pa.int32())), path)
+    with pytest.raises(WmevalError, match=r"linear.parquet: column 'episode' has value 99; the protocol has "
+                                          r"episodes 0\.\.\d+"):
+        world_rows(p, "pendulum", rollouts, features)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from wmeval.core.digest import code_version, file_sha256
@@ -22,11 +23,11 @@ from wmeval.tables import (
     blocks,
     decode_frames,
     dense,
+    io,
     read_metadata,
     read_table,
     select,
     tensor_array,
-    tensor_numpy,
     with_metadata,
 )
 
@@ -61,6 +62,17 @@ def _clips(table: pa.Table, length: int, stride: int, where: str) -> tuple[pa.Ta
     return pa.concat_tables(keys), np.concatenate(items)
 
 
+def _frame_batches(path: Path):
+    """The ``frame`` column of ``path`` as numpy batches of at most :data:`~wmeval.tables.io.WINDOW_BYTES`
+    (row groups are read one at a time by Parquet; a file that fits is one batch)."""
+    pf = pq.ParquetFile(path)
+    field = pf.schema_arrow.field("frame")
+    per_row = int(np.prod(field.type.shape)) * field.type.value_type.bit_width // 8
+    rows = max(1, io.WINDOW_BYTES // max(1, per_row))
+    for batch in pf.iter_batches(batch_size=rows, columns=["frame"]):
+        yield batch.column(0).to_numpy_ndarray()
+
+
 class Caches:
     """One :class:`FeatureCache` per input signature (dtype and shape of a frame or clip) of one encoder.
 
@@ -85,21 +97,34 @@ def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progr
 
     ``made_with``: params recorded in the table's metadata (the stage records ``encoder_config``), which
     the stages that read it check against theirs (:func:`wmeval.core.stale.check_made_with`)."""
-    table = read_table(path, columns=[*KEY_COLUMNS, "frame"])
     where = f"{path.parent.name}/{path.name}"
+    caches = caches or Caches(encoder, cache_dir)
     if encoder.clip:
+        table = read_table(path, columns=[*KEY_COLUMNS, "frame"])
         keys, items = _clips(table, encoder.clip["length"], encoder.clip["frame_stride"], where)
+        del table
+        parts = [items]
     else:
-        keys, items = table.drop_columns(["frame"]), tensor_numpy(table, "frame")
-    cache = (caches or Caches(encoder, cache_dir)).get(items)
-    before = cache.stats.as_dict()
+        # Image encoders: the frames are read batch by batch (at most WINDOW_BYTES of them at once).
+        keys = read_table(path, columns=list(KEY_COLUMNS))
+        parts = _frame_batches(path)
+    cache, before, embs = None, None, []
     with tqdm(desc=f"embed {where}", unit="item", disable=not progress, leave=False) as bar:
-        emb = cache.embed(items, lambda raw: encoder(decode_frames(raw)), progress=bar.update)
+        for items in parts:
+            if cache is None:
+                cache = caches.get(items)
+                before = cache.stats.as_dict()
+            embs.append(cache.embed(items, lambda raw: encoder(decode_frames(raw)), progress=bar.update))
+    frame_type = pq.read_schema(path).field("frame").type
+    if cache is None:   # a file without rows
+        cache = caches.get(np.empty((0, *frame_type.shape), frame_type.value_type.to_pandas_dtype()))
+        before = cache.stats.as_dict()
+    emb = np.concatenate([e for e in embs if e.size]) if any(e.size for e in embs) else np.empty((0, 0), np.float32)
     stats = {k: v - before[k] for k, v in cache.stats.as_dict().items()}
     cache.record(file=where, encoder=encoder.name, **{f"file_{k}": v for k, v in stats.items()})
     src = read_metadata(path)
     meta = {
-        "format": FORMAT, **encoder.protocol(), "resolution": list(items.shape[-3:]),
+        "format": FORMAT, **encoder.protocol(), "resolution": list(frame_type.shape),
         # Frames per second of the embedded sequence: the world's 1/dt, divided by a clip's frame stride.
         "frame_rate": (1.0 / src["world"]["dt"] / (encoder.clip["frame_stride"] if encoder.clip else 1))
         if "dt" in src.get("world", {}) else None,

@@ -12,7 +12,8 @@ class Shown:
     """One scorecard column a metric declares: in which layer table, under which label, for which rows.
 
     ``label`` and ``condition`` are templates over the world's protocol: ``{H}`` (observation horizon),
-    ``{Hd}`` (dynamics horizon), ``{cf}`` (counterfactual horizon); ``{pair}``, ``{task}`` and
+    ``{Hd}`` (dynamics horizon), ``{Hr}`` (an environment's frame rollout horizon), ``{cf}``
+    (counterfactual horizon); ``{pair}``, ``{task}`` and
     ``{view}`` expand to one column per counterfactual pair, control task or distributional view;
     ``{opair}`` to one per counterfactual pair the observation protocol rolled out (no state or branching needed).
 
@@ -112,6 +113,15 @@ REGISTRY: dict[str, MetricInfo] = {
                                 headline=True),
                           Shown("dynamics", "rollout RMSE @{Hd}, planner's actions", condition="planner @t={Hd}",
                                 headline=True))),
+        MetricInfo("rollout_pixel_rmse", False, "intensity in [0, 1]", "rollout",
+                   "open-loop pixel RMSE (frames in [0, 1], every sample against the real frames) at each step from "
+                   "the control starts of an environment, under random actions and under the actions the "
+                   "model's own MPC took on the first control task (seed 002 layer 2 on frames); headline at the "
+                   "last step", aggregate="sqrt_mean", summary_t="rollout_horizon", card=("frames",),
+                   shown=(Shown("dynamics", "pixel rollout RMSE @{Hr}, random actions", condition="random @t={Hr}",
+                                headline=True),
+                          Shown("dynamics", "pixel rollout RMSE @{Hr}, planner's actions",
+                                condition="planner @t={Hr}", headline=True))),
         MetricInfo("pixel_action_sensitivity", None, "ratio", "observation",
                    "energy distance between the model's predicted frames under the two plans of a counterfactual "
                    "pair from the same o_0 (L2 over the frame in [0, 1], steps 1..H; sampling noise removed), over "

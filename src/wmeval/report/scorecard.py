@@ -127,7 +127,8 @@ def world_columns(iv: pd.DataFrame, wp: dict[str, Any]) -> dict[str, list[Column
     """Each layer table's columns, from the :class:`~wmeval.metrics.Shown` entries of the registry,
     kept where the intervals have rows; under ``"headline"``, the layers' headline columns among them."""
     dyn = wp["dynamics"]
-    values = {"H": wp["horizon"], "Hd": dyn["horizon"], "cf": dyn["counterfactual_horizon"]}
+    values = {"H": wp["horizon"], "Hd": dyn["horizon"], "Hr": dyn.get("rollout_horizon"),
+              "cf": dyn["counterfactual_horizon"]}
     views = list(wp.get("distributional", {}).get("views", {}))
     lists = {"pair": [f"{a} vs {b}" for a, b in dyn["counterfactual_pairs"]], "task": list(dyn["tasks"]),
              "view": views, "opair": [f"{a} vs {b}" for a, b in wp.get("counterfactual_pairs", [])]}
@@ -211,7 +212,11 @@ def probe_rows(iv: pd.DataFrame, wp: dict[str, Any]) -> tuple[Table | None, list
 
 def curve_specs(wp: dict[str, Any]) -> list[tuple[str, str, str]]:
     specs = [("rollout_state_rmse", "random", "Open-loop state RMSE by horizon, random actions"),
-             ("rollout_state_rmse", "planner", "Open-loop state RMSE by horizon, the planner's actions")]
+             ("rollout_state_rmse", "planner", "Open-loop state RMSE by horizon, the planner's actions"),
+             ("rollout_pixel_rmse", "random", "Open-loop pixel RMSE by horizon from the control starts, random "
+              "actions"),
+             ("rollout_pixel_rmse", "planner", "Open-loop pixel RMSE by horizon from the control starts, the "
+              "actions of the model's own MPC")]
     for a, b in wp["dynamics"]["counterfactual_pairs"]:
         specs += [("counterfactual_cosine", f"{a} vs {b}", f"Counterfactual cosine by horizon ({a} vs {b})"),
                   ("counterfactual_gap", f"{a} vs {b}", f"Counterfactual gap by horizon ({a} vs {b})")]
@@ -241,7 +246,7 @@ def frame_curve_specs(wp: dict[str, Any]) -> list[tuple[str, str, str]]:
 def curve_tables(cv: pd.DataFrame, models: list[str], wp: dict[str, Any], frames: bool = False) -> list[tuple[str, Table]]:
     """Curves at a few horizons: rollout error (random and planner's actions) and counterfactuals of the
     dynamics episodes, or (``frames``) the observation protocol's counterfactual curves on frames."""
-    H = wp["horizon"] if frames else wp["dynamics"]["horizon"]
+    H = wp["horizon"] if frames else (wp["dynamics"].get("rollout_horizon") or wp["dynamics"]["horizon"])
     ts = sorted({t for t in (1, 5, 10, 20, H) if t <= H})
     out = []
     for metric, cond, title in (frame_curve_specs(wp) if frames else curve_specs(wp)):
@@ -663,7 +668,8 @@ def _dynamics_section(v: WorldView) -> None:
             doc.table(t)
         for metric, cond, title in curve_specs(wp):
             v.fig(figures.curves(_dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
-                                 "Dynamics episodes; bands are 95% intervals at each step."))
+                                 ("Control starts" if dyn.get("rollout_horizon") else "Dynamics episodes")
+                                 + "; bands are 95% intervals at each step."))
     pairs = [(f"{a} vs {b}", "open_loop", f"{a} vs {b}") for a, b in dyn["counterfactual_pairs"]]
     v.fig(figures.points(iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
                          "Predicted over real one-step spread between the actions of a counterfactual pair; the "

@@ -307,10 +307,12 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
             continue
         predictors[name] = p
     blocks: dict[str, list[pa.Table]] = {k: [] for k in predictors}
-    with tqdm(total=len(predictors) * len(tasks), desc=f"control {world.name}", unit="task",
+    h = min(dyn.horizon, dyn.control_steps)
+    random_acts = world.sample_actions(make_rng(dyn.seed, world.name, "frame_rollouts", "random"), (E, h))
+    with tqdm(total=len(predictors) * (len(tasks) + 1), desc=f"control {world.name}", unit="task",
               disable=not progress) as bar:
         for name, pred in predictors.items():
-            for task in tasks:
+            for i, task in enumerate(tasks):
                 real, acts = _act_out(pred, world, task, starts[task.name], dyn)
                 full = np.concatenate([np.zeros((E, 1, world.action_dim)), acts], axis=1)
                 blocks[name].append(rollout_table(
@@ -318,12 +320,59 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
                     episodes=np.arange(E), t=np.arange(dyn.control_steps + 1), frames=world.render(real)[:, None],
                     states=None if (o := observe(world, real)) is None else o[:, None], actions=full,
                     frame_dtype=protocol.frame_dtype, reward=world.true_reward(real)[:, None]))
+                if i == 0 and name != GROUND_TRUTH:
+                    # Layer 2 under the planner's actions: the first h actions this model's MPC took; the
+                    # real frames they led to are the closed-loop rows above.
+                    blocks[name] += _frame_rollouts(world, name, pred.model, first, acts[:, :h], "planner", dyn,
+                                                    protocol)
                 bar.update()
+            if name == GROUND_TRUTH:   # the real futures of the random plans, one realization
+                real = rollout_states(world, first, random_acts, make_rng(dyn.seed, world.name, "frame_rollouts",
+                                                                           "random_world"))
+                blocks[name].append(rollout_table(
+                    world=world.name, source=name, regime="realized", plan="random", condition="random",
+                    episodes=np.arange(E), t=np.arange(1, h + 1), frames=world.render(real[:, 1:])[:, None],
+                    states=None, actions=random_acts, frame_dtype=protocol.frame_dtype))
+            else:
+                blocks[name] += _frame_rollouts(world, name, pred.model, first, random_acts, "random", dyn,
+                                                protocol)
+            bar.update()
     meta = _meta(wcfg, world, dyn, 1, skipped, plans={}, counterfactual_pairs=[], probes={},
                  tasks={t.name: {"start": None, "description": t.description, "cost_from": t.cost_from}
                         for t in tasks},
+                 frame_rollouts={"horizon": h, "planner_task": tasks[0].name},
                  state_level=f"not applicable: {SNAPSHOT_STATES}")
     return _tables(meta, blocks), skipped
+
+
+def _frame_rollouts(world: World, name: str, model: Any, handles: np.ndarray, actions: np.ndarray, plan: str,
+                    dyn: DynamicsConfig, protocol: ProtocolConfig) -> list[pa.Table]:
+    """A model's open-loop frames from the real snapshots ``handles`` ``(E, 1)`` under ``actions`` ``(E, h, A)``
+    (seed 002 layer 2 on frames): rows regime ``open_loop``, plan and condition ``plan``, ``t = 1..h``; at most
+    :data:`CHUNK_BYTES` of predicted frames at a time. The draws are named by the query, not by call order."""
+    E, h = actions.shape[:2]
+    samples = protocol.num_samples if getattr(model, "stochastic", False) else 1
+    where = f"model {name!r} on world {world.name!r} (rollout curves, {plan} actions)"
+    rows = max(1, CHUNK_BYTES // max(1, samples * h * int(np.prod(world.frame_shape)) * 4))
+    out = []
+    for lo in range(0, E, rows):
+        hi = min(E, lo + rows)
+        hist = History(states=observe(world, handles[lo:hi, None]),
+                       actions=np.zeros((hi - lo, 0, world.action_dim)), render=world.render,
+                       world_states=handles[lo:hi, None])
+        rng = make_rng(dyn.seed, world.name, "frame_rollouts", name, plan, lo)
+        try:
+            raw = model.predict(hist, actions[lo:hi], samples, rng)
+        except Exception as e:
+            raise ModelOutputError(f"{where}: predict() raised {type(e).__name__}: {e}") from e
+        if isinstance(raw, Prediction) and raw.frames is None:   # a reward or state head only: no pixel curves
+            return []
+        pred = check_prediction(raw, n=hi - lo, samples=samples, horizon=h, frame_shape=world.frame_shape,
+                                state_dim=world.state_dim, where=where)
+        out.append(rollout_table(world=world.name, source=name, regime="open_loop", plan=plan, condition=plan,
+                                 episodes=np.arange(lo, hi), t=np.arange(1, h + 1), frames=pred.frames,
+                                 states=None, actions=actions[lo:hi], frame_dtype=protocol.frame_dtype))
+    return out
 
 
 def _meta(wcfg: WorldConfig, world: World, dyn: DynamicsConfig, num_futures: int, skipped: dict[str, str],
@@ -335,7 +384,9 @@ def _meta(wcfg: WorldConfig, world: World, dyn: DynamicsConfig, num_futures: int
 
 
 def _tables(meta: dict[str, Any], blocks: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
-    return {name: with_metadata(pa.concat_tables(parts), {**meta, "source": name}) for name, parts in blocks.items()}
+    # Control rows carry rewards (and observed states); frame rollout rows do not: those cells are null.
+    return {name: with_metadata(pa.concat_tables(parts, promote_options="default"), {**meta, "source": name})
+            for name, parts in blocks.items()}
 
 
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from wmeval.core.config import Params, ScoringConfig
 from wmeval.core.errors import WmevalError
@@ -19,6 +21,7 @@ from wmeval.estimators.distributional import Settings, point_estimates, view_set
 from wmeval.metrics import PSNR_CAP_DB, REGISTRY
 from wmeval.statistics.dynamics_layers import (
     dynamics_contributions,
+    frame_rollout_contributions,
     task_signal_contributions,
 )
 from wmeval.statistics.observation import (
@@ -31,7 +34,14 @@ from wmeval.statistics.observation import (
 from wmeval.statistics.paired import contributions, curve_values, episode_values
 from wmeval.tables import KEY_COLUMNS as KEYS
 from wmeval.tables import LONG_COLUMNS as COLUMNS
-from wmeval.tables import read_metadata, read_table, write_table
+from wmeval.tables import (
+    episode_windows,
+    read_episodes,
+    read_metadata,
+    read_table,
+    shift_episodes,
+    write_table,
+)
 from wmeval.worlds import World, build_world
 from wmeval.worlds.base import teacher_forced_plan
 
@@ -66,24 +76,38 @@ class WorldRows:
 MSE_COLUMNS = {"state_mse": ("state", 1), "pixel_mse": ("frame", 3), "feature_mse": ("embedding", 1)}
 
 
-def _model_rows(out: WorldRows, w: World, name: str, path: Path, truth: pa.Table, truth_emb: pa.Table | None,
-                model_emb: pa.Table, H: int, N: int, lpips_model: Any) -> dict[str, Any]:
-    """One model's observation-protocol rows into ``out``; returns its table metadata."""
-    table, meta = read_table(path), read_metadata(path)
+def _model_rows(out: WorldRows, w: World, name: str, table: pa.Table, truth: pa.Table, truth_emb: pa.Table | None,
+                model_emb: pa.Table, H: int, pairs: list[tuple[str, str]], lo: int, n: int, where: str,
+                lpips_model: Any) -> None:
+    """One model's observation-protocol rows into ``out``, from the tables of episodes ``lo..lo + n - 1``
+    (renumbered ``0..n - 1`` in them; every score is per episode, so a window changes no value)."""
     emb = model_emb if truth_emb is not None else None
-    out.contributions.append(contributions(w.name, name, table, truth, N, H, MSE_COLUMNS, str(path), emb,
-                                           truth_emb, w.state_delta).to_pandas())
-    steps, seqs = frame_scores(w, name, table, truth, N, H, str(path), lpips_model=lpips_model)
-    out.contributions.append(steps.to_pandas())
-    out.sequences.append(seqs.to_pandas())
-    out.episodes.append(nll_rows(w.name, name, table, N, H, str(path)))
-    out.episodes.append(task_signal_contributions(w, name, table, truth, N, H, str(path)))
-    pair_rows = counterfactual_pair_rows(w.name, name, table, truth, N, H, observed_pairs(w, truth), str(path), emb,
-                                         truth_emb)
+    out.contributions.append(_at(contributions(w.name, name, table, truth, n, H, MSE_COLUMNS, where, emb,
+                                               truth_emb, w.state_delta), lo))
+    steps, seqs = frame_scores(w, name, table, truth, n, H, where, lpips_model=lpips_model)
+    out.contributions.append(_at(steps, lo))
+    out.sequences.append(_at(seqs, lo))
+    out.episodes.append(_at(nll_rows(w.name, name, table, n, H, where), lo))
+    out.episodes.append(_at(task_signal_contributions(w, name, table, truth, n, H, where), lo))
+    pair_rows = _at(counterfactual_pair_rows(w.name, name, table, truth, n, H, pairs, where, emb, truth_emb), lo)
     out.episodes.append(pair_rows[pair_rows.t == 0])
     out.curves.append(pair_rows[pair_rows.t > 0])
     out.episodes.append(_summaries(pair_rows[pair_rows.t > 0], {"protocol_horizon": H}))
-    return meta
+
+
+def _at(rows: pa.Table | pd.DataFrame, lo: int) -> pd.DataFrame:
+    """Rows of an episode window as pandas, with their episodes numbered in the whole protocol again."""
+    df = rows.to_pandas() if isinstance(rows, pa.Table) else rows
+    if lo and len(df):
+        df = df.assign(episode=df.episode + lo)
+    return df
+
+
+def _window(table: pa.Table, lo: int, hi: int) -> pa.Table:
+    """The rows of an in-memory table (embeddings) for episodes ``lo..hi - 1``, renumbered from 0."""
+    ep = table.column("episode")
+    mask = pc.and_(pc.greater_equal(ep, pa.scalar(lo, ep.type)), pc.less(ep, pa.scalar(hi, ep.type)))
+    return shift_episodes(table.filter(mask), -lo)
 
 
 def _dynamics_rows(out: WorldRows, w: World, rollouts: Path, models: list[str]) -> dict[str, Any]:
@@ -97,15 +121,18 @@ def _dynamics_rows(out: WorldRows, w: World, rollouts: Path, models: list[str]) 
     for name in models:
         if name not in meta["skipped"]:
             path = rollouts / w.name / "dynamics" / f"{name}.parquet"
-            rows.append(dynamics_contributions(w, name, read_table(path), truth, meta, str(path)))
-    df = pd.concat(rows, ignore_index=True)
+            table = read_table(path)
+            rows.append(dynamics_contributions(w, name, table, truth, meta, str(path)))
+            rows.append(frame_rollout_contributions(w, name, table, truth, meta, str(path)))
+    df = pd.concat(_nonempty(rows) or rows[:1], ignore_index=True)
     out.curves.append(df[df.t > 0])
     out.episodes.append(df[df.t == 0])
-    out.episodes.append(_summaries(df[df.t > 0], meta["dynamics"]))
+    fr = meta.get("frame_rollouts") or {}
+    out.episodes.append(_summaries(df[df.t > 0], {**meta["dynamics"], "rollout_horizon": fr.get("horizon")}))
     return meta
 
 
-def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_meta: dict, models: dict[str, int],
+def _world_record(params: Params, w: World, frame_shape: list[int], gt_meta: dict, dyn_meta: dict, models: dict[str, int],
                   with_state: list[str], with_logp: list[str], sets: dict, skipped_views: dict) -> dict[str, Any]:
     """The world's protocol: what was compared, with how many samples (the report's protocol cards)."""
     H, N, dyn = params.protocol.horizon, params.protocol.n_episodes, dyn_meta["dynamics"]
@@ -113,13 +140,14 @@ def _world_record(params: Params, w: World, truth: pa.Table, gt_meta: dict, dyn_
         "n_episodes": N, "horizon": H, "plans": gt_meta["plans"],
         "teacher_forced_plan": teacher_forced_plan(w, params.protocol.teacher_forced_plan),
         "num_futures": gt_meta["num_futures"], "models": models, "models_with_state": with_state,
-        "frame_shape": truth.column("frame").type.shape, "frame_dtype": gt_meta["frame_dtype"],
+        "frame_shape": frame_shape, "frame_dtype": gt_meta["frame_dtype"],
         "initial_states": w.initial_states_text, "world": gt_meta["world"],
         "baseline": params.models[w.name].baseline if w.name in params.models else None,
         "units": {"observation": N, "dynamics": dyn["n_episodes"], "control": dyn["control_episodes"]},
         "dynamics": {**dyn, "plans": dyn_meta["plans"], "counterfactual_pairs": dyn_meta["counterfactual_pairs"],
                      "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"],
-                     "not_applicable": dyn_meta.get("not_applicable"), "state_level": dyn_meta.get("state_level")},
+                     "not_applicable": dyn_meta.get("not_applicable"), "state_level": dyn_meta.get("state_level"),
+                     "rollout_horizon": (dyn_meta.get("frame_rollouts") or {}).get("horizon")},
         "capabilities": gt_meta.get("capabilities"),
         "reward": gt_meta["world"].get("reward"), "event": gt_meta["world"].get("event"),
         "outcome_event": getattr(w, "outcome_event_name", None),
@@ -162,12 +190,17 @@ def check_inputs(params: Params, world: str, rollouts: Path, features: Path) -> 
 
 
 def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips_model: Any = None) -> WorldRows:
-    """Every metric's long rows for one world, from its rollout and feature tables."""
+    """Every metric's long rows for one world, from its rollout and feature tables.
+
+    The frames are read one window of episodes at a time (:func:`~wmeval.tables.episode_windows`: the truth's
+    and every model's rows of a window together take at most ``WINDOW_BYTES``), so the working set does not
+    grow with the number of episodes; the embeddings and the other columns are small and read whole."""
     check_inputs(params, world, rollouts, features)
     H, N, sc = params.protocol.horizon, params.protocol.n_episodes, params.scoring
     w = build_world(world, dataclasses.asdict(params.worlds[world]))
     gt_path = rollouts / world / "ground_truth.parquet"
-    truth, gt_meta = read_table(gt_path), read_metadata(gt_path)
+    gt_meta = read_metadata(gt_path)
+    truth_keys = read_table(gt_path, columns=[c for c in pq.read_schema(gt_path).names if c != "frame"])
     versions = w.describe().get("versions")
     if versions is not None:  # an environment's frames depend on packages DVC does not track
         check_made_with(gt_path, gt_meta["world"].get("versions"), versions, f"the {world} world's packages")
@@ -175,30 +208,36 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     out = WorldRows(encoder=read_metadata(fe_dir / "ground_truth.parquet"))
     truth_emb_all = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
     # feature_mse is per frame: only for image encoders (a video encoder embeds clips).
-    truth_emb = truth_emb_all if out.encoder["clip"] is None else None
-    out.contributions.append(truth_diversity(world, truth, N, H, str(gt_path)).to_pandas())
+    per_frame = out.encoder["clip"] is None
     entries = params.models[world].entries if world in params.models else {}
-    models, with_state, with_logp, model_embs = {}, [], [], {}
-    for name in entries:
-        model_embs[name] = read_table(fe_dir / f"{name}.parquet", columns=[*KEYS, "embedding"])
-        meta = _model_rows(out, w, name, rollouts / world / f"{name}.parquet", truth, truth_emb, model_embs[name],
-                           H, N, lpips_model)
-        models[name] = meta["num_samples"]
-        with_state += [name] if meta["has_state"] else []
-        with_logp += [name] if meta.get("has_logp") else []
-    linked = {name: read_metadata(rollouts / world / f"{name}.parquet").get("borrowed_episodes") for name in entries}
+    paths = {name: rollouts / world / f"{name}.parquet" for name in entries}
+    metas = {name: read_metadata(p) for name, p in paths.items()}
+    model_embs = {name: read_table(fe_dir / f"{name}.parquet", columns=[*KEYS, "embedding"]) for name in entries}
+    pairs = observed_pairs(w, truth_keys)
+    for lo, hi in episode_windows([gt_path, *paths.values()], N):
+        truth = read_episodes(gt_path, lo, hi)
+        truth_emb = _window(truth_emb_all, lo, hi) if per_frame else None
+        out.contributions.append(_at(truth_diversity(world, truth, hi - lo, H, str(gt_path)), lo))
+        for name, path in paths.items():
+            _model_rows(out, w, name, read_episodes(path, lo, hi), truth, truth_emb, _window(model_embs[name], lo, hi),
+                        H, pairs, lo, hi - lo, str(path), lpips_model)
+        del truth
+    models = {name: m["num_samples"] for name, m in metas.items()}
+    with_state = [name for name, m in metas.items() if m["has_state"]]
+    with_logp = [name for name, m in metas.items() if m.get("has_logp")]
+    linked = {name: m.get("borrowed_episodes") for name, m in metas.items()}
     bins = action_bins(w, sc)
-    sets, skipped_views = view_sets(truth, truth_emb_all, model_embs, sc.views, out.encoder["clip"] is not None,
+    sets, skipped_views = view_sets(truth_keys, truth_emb_all, model_embs, sc.views, not per_frame,
                                     N, H, sc.strata, bins, str(fe_dir), linked)
     if model_embs:
         pts, prdc_eps = point_estimates(world, sets, Settings.from_scoring(sc))
         out.distributional.append(pts)
         out.episodes.append(prdc_eps)
     dyn_meta = _dynamics_rows(out, w, rollouts, list(entries))
-    out.record = _world_record(params, w, truth, gt_meta, dyn_meta, models, with_state, with_logp, sets,
-                               skipped_views)
+    out.record = _world_record(params, w, pq.read_schema(gt_path).field("frame").type.shape, gt_meta, dyn_meta,
+                               models, with_state, with_logp, sets, skipped_views)
     out.record["distributional"]["action_bins"] = bins
-    out.record["counterfactual_pairs"] = [list(p) for p in observed_pairs(w, truth)]
+    out.record["counterfactual_pairs"] = [list(p) for p in pairs]
     return out
 
 

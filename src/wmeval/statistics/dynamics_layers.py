@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from wmeval.core.errors import WmevalError
+from wmeval.metrics import expected_pairwise_mse
 from wmeval.statistics.observation import counterfactual_cosine
-from wmeval.tables import LONG_COLUMNS, dense, long_rows, select
+from wmeval.statistics.paired import episode_chunks
+from wmeval.tables import LONG_COLUMNS, decode_frames, dense, long_rows, select
 from wmeval.worlds import World
 from wmeval.worlds.base import Task
 
@@ -88,6 +90,33 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
         out.append(long_rows(world.name, source, "control_cost", "closed_loop", task_name, "control",
                              task.cost(steps).mean(axis=1)))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=LONG_COLUMNS)
+
+
+def frame_rollout_contributions(world: World, source: str, model: pa.Table, truth: pa.Table, meta: dict,
+                                where: str) -> pd.DataFrame:
+    """Seed 002 layer 2 on frames, for an environment (no state to roll): open-loop pixel error by step from the
+    control starts, under random actions (against the environment's frames of the same actions) and under
+    the actions this model's own MPC took on the first task (against the frames they led to, the
+    closed-loop rows). Per control episode: the mean over samples and pixels of the squared error."""
+    fr = meta.get("frame_rollouts")
+    if not fr or source == "ground_truth" or select(model, "open_loop", "random").num_rows == 0:
+        return pd.DataFrame(columns=LONG_COLUMNS)     # no frames predicted (a reward head only)
+    dyn = meta["dynamics"]
+    E, h = dyn["control_episodes"], fr["horizon"]
+    t = np.arange(1, h + 1)
+    targets = {"random": dense(select(truth, "realized", "random"), "frame", E, t, where),
+               "planner": dense(select(model, "closed_loop", fr["planner_task"]), "frame", E,
+                                np.arange(dyn["control_steps"] + 1), where)[:, :, 1:h + 1]}
+    out = []
+    for plan, targ_all in targets.items():
+        pred_all = dense(select(model, "open_loop", plan), "frame", E, t, where)     # (E, S, h, *frame)
+        parts = []
+        for c in episode_chunks(E, pred_all, targ_all):
+            pred, targ = decode_frames(pred_all[c]), decode_frames(targ_all[c])
+            parts.append(expected_pairwise_mse(np.moveaxis(pred, 1, 2), np.moveaxis(targ, 1, 2), 3))
+        out.append(long_rows(world.name, source, "rollout_pixel_rmse", "open_loop", plan, "control",
+                             np.concatenate(parts), t=t))
+    return pd.concat(out, ignore_index=True)
 
 
 def world_probe(world: World, name: str) -> Callable[[np.ndarray], np.ndarray]:

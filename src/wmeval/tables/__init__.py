@@ -11,14 +11,18 @@ from .io import (
                  KEY_COLUMNS,
                  METADATA_KEY,
                  REGIMES,
+                 WINDOW_BYTES,
                  atomic_dir,
                  atomic_write_bytes,
                  atomic_write_text,
                  decode_frames,
                  encode_frames,
+                 episode_windows,
+                 read_episodes,
                  read_metadata,
                  read_table,
                  rollout_table,
+                 shift_episodes,
                  tensor_array,
                  tensor_numpy,
                  with_metadata,
@@ -27,6 +31,6 @@ from .io import (
 from .long import LONG_COLUMNS, long_rows
 
 __all__ = ["Block", "blocks", "column_numpy", "dense", "select", "KEY_COLUMNS", "METADATA_KEY", "REGIMES",
-           "atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_frames", "encode_frames", "read_metadata",
-           "read_table", "rollout_table", "tensor_array", "tensor_numpy", "with_metadata", "write_table", "LONG_COLUMNS",
-           "long_rows"]
+           "WINDOW_BYTES", "atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_frames", "encode_frames",
+           "episode_windows", "read_episodes", "read_metadata", "read_table", "rollout_table", "shift_episodes",
+           "tensor_array", "tensor_numpy", "with_metadata", "write_table", "LONG_COLUMNS", "long_rows"]

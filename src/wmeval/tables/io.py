@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from wmeval.core.errors import WmevalError
@@ -188,6 +189,60 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     if missing:
         raise WmevalError(f"{path}: columns {missing} are missing")
     return table
+
+
+#: The most bytes of stored rows (as Parquet reports them, uncompressed) a stage reads at once from the files it
+#: reads together by episode: see :func:`episode_windows`.
+WINDOW_BYTES = 2**28
+
+
+def episode_windows(paths: list[Path], n_episodes: int) -> list[tuple[int, int]]:
+    """Windows ``[lo, hi)`` of episodes over which the rows of ``paths`` together take at most
+    :data:`WINDOW_BYTES` (at least one episode per window). Every file's ``episode`` column is checked to lie
+    in ``0..n_episodes - 1`` first, so that reading window by window drops no row.
+
+    Raises:
+        WmevalError: an episode outside the protocol, naming the file and the value.
+    """
+    total = 0
+    for path in paths:
+        ep = read_table(path, columns=["episode"]).column("episode")
+        if len(ep):
+            lo, hi = pc.min(ep).as_py(), pc.max(ep).as_py()
+            if lo < 0 or hi >= n_episodes:
+                bad = lo if lo < 0 else hi
+                raise WmevalError(f"{path}: column 'episode' has value {bad}; the protocol has episodes "
+                                  f"0..{n_episodes - 1}")
+        md = pq.ParquetFile(path).metadata
+        total += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    per_episode = max(1, total // max(1, n_episodes))
+    width = max(1, WINDOW_BYTES // per_episode)
+    return [(lo, min(n_episodes, lo + width)) for lo in range(0, n_episodes, width)]
+
+
+def read_episodes(path: str | Path, lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
+    """The rows of episodes ``lo <= episode < hi``, renumbered ``0..hi - lo - 1``; only the row groups that
+    hold them are read (rows are written episode-major within each block, so a window is a few groups)."""
+    path = Path(path)
+    if not path.is_file():
+        raise WmevalError(f"{path}: missing")
+    try:
+        table = pq.read_table(path, columns=columns, filters=[("episode", ">=", lo), ("episode", "<", hi)])
+    except Exception as e:
+        raise WmevalError(f"{path}: cannot be read as Parquet: {e}") from None
+    missing = [c for c in (columns or KEY_COLUMNS) if c not in table.column_names]
+    if missing:
+        raise WmevalError(f"{path}: columns {missing} are missing")
+    return shift_episodes(table, -lo)
+
+
+def shift_episodes(table: pa.Table, by: int) -> pa.Table:
+    """``table`` with ``by`` added to its ``episode`` column (its type kept)."""
+    if by == 0:
+        return table
+    i = table.schema.get_field_index("episode")
+    col = table.column(i)
+    return table.set_column(i, table.schema.field(i), pc.add(col, pa.scalar(by, col.type)))
 
 
 @contextmanager
