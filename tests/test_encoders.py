@@ -192,10 +192,15 @@ def test_embed_file_clips_and_frames(tmp_path, tiny_params, monkeypatch):
     assert read_metadata_of(frames_out)["comparable_to_published"] is False
     _, again = embed_file(path, pix, str(tmp_path / "cache"), progress=False)
     assert again["embedded"] == 0
-    # Frames are read in batches of at most WINDOW_BYTES (bounded memory): 7-row batches give the same table.
+    # Frames are read in batches of at most FRAME_BATCH_BYTES (bounded memory), assembled from Arrow batches of
+    # ROW_GROUP_BYTES: batches of 7 rows from Arrow batches of 3 give the same table.
+    from wmeval.features import embed
     from wmeval.tables import io
 
-    monkeypatch.setattr(io, "WINDOW_BYTES", 7 * int(np.prod(tables["s"].column("frame").type.shape)))
+    row = int(np.prod(tables["s"].column("frame").type.shape))
+    monkeypatch.setattr(embed, "FRAME_BATCH_BYTES", 7 * row)
+    monkeypatch.setattr(io, "ROW_GROUP_BYTES", 3 * row)
+    assert [len(b) for b in embed._frame_batches(path)][:2] == [7, 7]
     batched, st = embed_file(path, pix, str(tmp_path / "cache-batched"), progress=False)
     assert st["embedded"] > 0 and tables["s"].num_rows % 7 != 0
     assert batched.equals(frames_out) and batched.schema.metadata == frames_out.schema.metadata

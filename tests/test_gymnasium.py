@@ -205,8 +205,13 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions, task):
         # Pixel rollout curves from the control starts (tiny: horizon min(6, 5 control steps) = 5), random and
         # planner's actions, headlined at step 5; the noise model's error is about its noise level.
         roll = stats[stats.metric == "rollout_pixel_rmse"]
-        assert set(roll.condition) == {"random @t=5", "planner @t=5"} and set(roll.source) == {"oracle-noise"}
-        assert 0.2e-4 < roll.value.mean() <= 1e-4, roll.value.mean()
+        assert set(roll.source) == {"oracle-noise", "persistence"}         # shuffled: an observation-layer control
+        noise = roll[roll.source == "oracle-noise"]
+        assert set(noise.condition) == {"random @t=5", "planner @t=5"} and 0.2e-4 < noise.value.mean() <= 1e-4
+        floor = roll[roll.source == "persistence"]
+        assert set(floor.condition) == {"random @t=5"} and floor.value.mean() > noise.value.mean()
+        assert "`persistence` has no control layer: the model predicts no reward" in card
+        assert "it has pixel rollout curves under random actions" in card
         assert "pixel rollout RMSE @5, random actions" in card and "pixel rollout RMSE @5, planner's actions" in card
     assert "event reliability: not applicable: gymnasium declares no binary outcome event" in card
     assert set(stats.source) == {"ground_truth", "persistence", "oracle-noise", "shuffled"}
@@ -382,7 +387,10 @@ def test_control_tasks_act_out_mpc_in_the_environment():
     models["small-torque-rewards-only"] = _RewardsOnly()
     models["not-implemented"] = _NotImplementedRewards()
     tables, skipped = dynamics_tables(WorldConfig("gp", "gymnasium"), w, models, dyn, PROTO, progress=False)
-    assert set(tables) == {"ground_truth", "oracle", "oracle-noisy", "small-torque", "small-torque-rewards-only"}
+    assert set(tables) == {"ground_truth", "oracle", "oracle-noisy", "small-torque", "small-torque-rewards-only",
+                           "persistence", "not-implemented"}    # the last two: random-action pixel curves only
+    for name in ("persistence", "not-implemented"):
+        assert set(tables[name].column("plan").to_pylist()) == {"random"}
     assert "predicts no reward" in skipped["persistence"] and "predicts no reward" in skipped["not-implemented"]
 
     def col(name, c):
@@ -440,6 +448,7 @@ def test_pixel_rollout_curves_under_random_and_planner_actions():
     meta = {"dynamics": dataclasses.asdict(dyn), "frame_rollouts": {"horizon": 3, "planner_task": "swing_up"}}
     curves = {n: frame_rollout_contributions(w, n, tables[n], tables["ground_truth"], meta, n) for n in models}
     assert curves["rewards-only"].empty                              # no frames predicted: no pixel curves
+    assert set(tables["rewards-only"].column("regime").to_pylist()) == {"closed_loop"}   # nor open-loop rows
     assert set(curves["oracle"].condition) == {"random", "planner"} and set(curves["oracle"].t) == {1, 2, 3}
     assert set(curves["oracle"].unit) == {"control"}
     np.testing.assert_array_equal(curves["oracle"].value, 0.0)
@@ -623,3 +632,19 @@ def test_statistics_in_episode_chunks_change_no_value(monkeypatch):
     for a, b in zip(whole, everything()):
         assert len(a) > 0
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_memory_needed_counts_the_snapshot_store():
+    """A Gymnasium world keeps a frame per realized step in its snapshot store: the memory check counts it, and
+    stays a lower bound on what the store really holds after the ground truth's episodes."""
+    from wmeval.rollouts.episodes import memory_needed
+
+    w = cartpole()
+    need = memory_needed(w, PROTO, 0)
+    n_plans = len(w.plans(1, PROTO.horizon, PROTO.n_random_plans, np.random.default_rng(0)))
+    frames = n_plans * PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1)   # K = 2 > M = 1
+    pixels = 40 * 60 * 3
+    store = PROTO.n_episodes * (n_plans * PROTO.horizon + 1) * pixels     # a shared start, then each plan's steps
+    assert need == frames * pixels + PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1) * pixels * 8 + store
+    make_episodes(w, PROTO)
+    assert sum(s.frame.nbytes for s in w._store) == store                 # what the store really holds

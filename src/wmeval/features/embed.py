@@ -62,15 +62,28 @@ def _clips(table: pa.Table, length: int, stride: int, where: str) -> tuple[pa.Ta
     return pa.concat_tables(keys), np.concatenate(items)
 
 
+#: The most bytes of stored frames the features stage holds at once (image encoders).
+FRAME_BATCH_BYTES = 2**27
+
+
 def _frame_batches(path: Path):
-    """The ``frame`` column of ``path`` as numpy batches of at most :data:`~wmeval.tables.io.WINDOW_BYTES`
-    (row groups are read one at a time by Parquet; a file that fits is one batch)."""
+    """The ``frame`` column of ``path`` as numpy batches of at most :data:`FRAME_BATCH_BYTES`, assembled from
+    small Arrow batches (Parquet decodes a tensor column through nested lists, whose transient buffers grow
+    with the batch: a 256 MB batch of Pong frames peaked at 2.5 GB, 64-row batches at 0.18 GB)."""
     pf = pq.ParquetFile(path)
     field = pf.schema_arrow.field("frame")
-    per_row = int(np.prod(field.type.shape)) * field.type.value_type.bit_width // 8
-    rows = max(1, io.WINDOW_BYTES // max(1, per_row))
-    for batch in pf.iter_batches(batch_size=rows, columns=["frame"]):
-        yield batch.column(0).to_numpy_ndarray()
+    per_row = max(1, int(np.prod(field.type.shape)) * field.type.value_type.bit_width // 8)
+    rows = max(1, FRAME_BATCH_BYTES // per_row)
+    pending, held = [], 0
+    for batch in pf.iter_batches(batch_size=max(1, min(rows, io.ROW_GROUP_BYTES // per_row)), columns=["frame"]):
+        pending.append(batch.column(0).to_numpy_ndarray())
+        held += len(pending[-1])
+        while held >= rows:
+            out = np.concatenate(pending)
+            yield out[:rows]
+            pending, held = [out[rows:]], len(out) - rows
+    if held:
+        yield np.concatenate(pending)
 
 
 class Caches:
@@ -105,7 +118,7 @@ def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progr
         del table
         parts = [items]
     else:
-        # Image encoders: the frames are read batch by batch (at most WINDOW_BYTES of them at once).
+        # Image encoders: the frames are read batch by batch (at most FRAME_BATCH_BYTES of them at once).
         keys = read_table(path, columns=list(KEY_COLUMNS))
         parts = _frame_batches(path)
     cache, before, embs = None, None, []

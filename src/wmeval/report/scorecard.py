@@ -656,7 +656,8 @@ def _dynamics_section(v: WorldView) -> None:
         return
     if not cols["dynamics"]:
         return
-    dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]]
+    dyn_models = ["ground_truth"] + [m for m in models if m not in dyn["skipped"]
+                                     or m in dyn.get("rollout_models", [])]
     doc.h(3, "Dynamics and control layers")
     if dyn.get("state_level"):
         doc.p(f"Control only (MPC acted out in the environment; the budget is in the protocol). The state-level "
@@ -716,7 +717,12 @@ def _dynamics_lines(dyn: dict[str, Any]) -> list[str]:
                 f"every step, acting in the environment, {dyn['control_episodes']} episodes of "
                 f"{dyn['control_steps']} steps per task from the world's initial states; `ground_truth` plans by "
                 f"branching the environment (oracle); tasks: {tasks}",
-                *[f"- `{m}` has no control layer: {why}" for m, why in dyn["skipped"].items()]]
+                *([f"- pixel rollout curves: from the control starts, {dyn['rollout_horizon']} steps open loop under "
+                   "one random plan per start (the same for every model) and under the first actions of each model's "
+                   "own MPC on the first task, against the environment's frames"] if dyn.get("rollout_horizon") else []),
+                *[f"- `{m}` has no control layer: {why}"
+                  + ("; it has pixel rollout curves under random actions" if m in dyn.get("rollout_models", []) else "")
+                  for m, why in dyn["skipped"].items()]]
     pairs = ", ".join(f"`{a}` / `{b}`" for a, b in dyn["counterfactual_pairs"])
     tasks = "; ".join(f"`{t}`: {d['description']}" for t, d in dyn["tasks"].items())
     return [f"- dynamics: {dyn['n_episodes']} episodes, rollouts of {dyn['horizon']} steps ({dyn['n_random_plans']} "

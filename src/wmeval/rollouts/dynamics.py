@@ -292,6 +292,7 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
     first = starts[tasks[0].name]
     predictors = {GROUND_TRUTH: RewardPredictor(GROUND_TRUTH, None, world, dyn.seed)}
     skipped: dict[str, str] = {}
+    frame_only: dict[str, Any] = {}      # no reward to plan with, but frames under new actions: random curves
     for name, model in models.items():
         if getattr(model, "precomputed", False):
             skipped[name] = "imported predictions cannot answer the planner's new queries"
@@ -302,15 +303,16 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
         p = RewardPredictor(name, model, world, dyn.seed)
         probe = world.sample_actions(make_rng(dyn.seed, "reward_probe"), (len(first), 1))
         if p(first, probe, "reward_probe") is None:
+            frame_only[name] = model
             skipped[name] = ("the model predicts no reward (Prediction.rewards or predict_rewards), so it cannot "
                              "plan on the environment's reward")
             continue
         predictors[name] = p
-    blocks: dict[str, list[pa.Table]] = {k: [] for k in predictors}
+    blocks: dict[str, list[pa.Table]] = {k: [] for k in [*predictors, *frame_only]}
     h = min(dyn.horizon, dyn.control_steps)
     random_acts = world.sample_actions(make_rng(dyn.seed, world.name, "frame_rollouts", "random"), (E, h))
-    with tqdm(total=len(predictors) * (len(tasks) + 1), desc=f"control {world.name}", unit="task",
-              disable=not progress) as bar:
+    with tqdm(total=len(predictors) * (len(tasks) + 1) + len(frame_only), desc=f"control {world.name}",
+              unit="task", disable=not progress) as bar:
         for name, pred in predictors.items():
             for i, task in enumerate(tasks):
                 real, acts = _act_out(pred, world, task, starts[task.name], dyn)
@@ -337,10 +339,14 @@ def control_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn:
                 blocks[name] += _frame_rollouts(world, name, pred.model, first, random_acts, "random", dyn,
                                                 protocol)
             bar.update()
+        for name, model in frame_only.items():
+            blocks[name] += _frame_rollouts(world, name, model, first, random_acts, "random", dyn, protocol)
+            bar.update()
     meta = _meta(wcfg, world, dyn, 1, skipped, plans={}, counterfactual_pairs=[], probes={},
                  tasks={t.name: {"start": None, "description": t.description, "cost_from": t.cost_from}
                         for t in tasks},
-                 frame_rollouts={"horizon": h, "planner_task": tasks[0].name},
+                 frame_rollouts={"horizon": h, "planner_task": tasks[0].name,
+                                 "models": [m for m in blocks if m != GROUND_TRUTH and blocks[m]]},
                  state_level=f"not applicable: {SNAPSHOT_STATES}")
     return _tables(meta, blocks), skipped
 
@@ -386,7 +392,7 @@ def _meta(wcfg: WorldConfig, world: World, dyn: DynamicsConfig, num_futures: int
 def _tables(meta: dict[str, Any], blocks: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
     # Control rows carry rewards (and observed states); frame rollout rows do not: those cells are null.
     return {name: with_metadata(pa.concat_tables(parts, promote_options="default"), {**meta, "source": name})
-            for name, parts in blocks.items()}
+            for name, parts in blocks.items() if parts}
 
 
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,

@@ -248,14 +248,19 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
 
 def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
     """A lower bound on the bytes one world's rollouts hold at once: every source's stored frames (ground truth
-    and ``n_models`` models, each plan's N x max(K, M) x (H + 1) frames) plus one plan's float64 rendering."""
+    and ``n_models`` models, each plan's N x max(K, M) x (H + 1) frames) plus one plan's float64 rendering, and
+    for a world that keeps snapshots (a Gymnasium world) its store of one uint8 frame per realized step."""
     n_plans = (world.n_plans(protocol.n_random_plans) if hasattr(world, "n_plans") else
                len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size"))))
     draws = max(protocol.num_samples, protocol.num_futures if world.stochastic else 1)
     frames_per_plan = protocol.n_episodes * draws * (protocol.horizon + 1)
     pixels = int(np.prod(world.frame_shape))
     stored = (1 + n_models) * n_plans * frames_per_plan * pixels * (1 if protocol.frame_dtype == "uint8" else 4)
-    return stored + frames_per_plan * pixels * 8
+    # The store: the shared start and each plan's realized steps, M futures of a stochastic world.
+    futures = protocol.num_futures if world.stochastic else 1
+    snapshots = protocol.n_episodes * futures * (n_plans * protocol.horizon + 1) * pixels \
+        if hasattr(world, "observe") else 0
+    return stored + frames_per_plan * pixels * 8 + snapshots
 
 
 def available_memory() -> int:

@@ -118,16 +118,18 @@ def _dynamics_rows(out: WorldRows, w: World, rollouts: Path, models: list[str]) 
         return meta
     truth = read_table(gt)
     rows = [dynamics_contributions(w, "ground_truth", truth, truth, meta, str(gt))]
+    fr = meta.get("frame_rollouts") or {}
     for name in models:
+        path = rollouts / w.name / "dynamics" / f"{name}.parquet"
         if name not in meta["skipped"]:
-            path = rollouts / w.name / "dynamics" / f"{name}.parquet"
             table = read_table(path)
             rows.append(dynamics_contributions(w, name, table, truth, meta, str(path)))
             rows.append(frame_rollout_contributions(w, name, table, truth, meta, str(path)))
+        elif name in fr.get("models", []):    # no control layer, but pixel rollout curves under random actions
+            rows.append(frame_rollout_contributions(w, name, read_table(path), truth, meta, str(path)))
     df = pd.concat(_nonempty(rows) or rows[:1], ignore_index=True)
     out.curves.append(df[df.t > 0])
     out.episodes.append(df[df.t == 0])
-    fr = meta.get("frame_rollouts") or {}
     out.episodes.append(_summaries(df[df.t > 0], {**meta["dynamics"], "rollout_horizon": fr.get("horizon")}))
     return meta
 
@@ -147,7 +149,8 @@ def _world_record(params: Params, w: World, frame_shape: list[int], gt_meta: dic
         "dynamics": {**dyn, "plans": dyn_meta["plans"], "counterfactual_pairs": dyn_meta["counterfactual_pairs"],
                      "tasks": dyn_meta["tasks"], "probes": dyn_meta["probes"], "skipped": dyn_meta["skipped"],
                      "not_applicable": dyn_meta.get("not_applicable"), "state_level": dyn_meta.get("state_level"),
-                     "rollout_horizon": (dyn_meta.get("frame_rollouts") or {}).get("horizon")},
+                     "rollout_horizon": (dyn_meta.get("frame_rollouts") or {}).get("horizon"),
+                     "rollout_models": (dyn_meta.get("frame_rollouts") or {}).get("models", [])},
         "capabilities": gt_meta.get("capabilities"),
         "reward": gt_meta["world"].get("reward"), "event": gt_meta["world"].get("event"),
         "outcome_event": getattr(w, "outcome_event_name", None),

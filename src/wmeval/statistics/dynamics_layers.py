@@ -104,9 +104,10 @@ def frame_rollout_contributions(world: World, source: str, model: pa.Table, trut
     dyn = meta["dynamics"]
     E, h = dyn["control_episodes"], fr["horizon"]
     t = np.arange(1, h + 1)
-    targets = {"random": dense(select(truth, "realized", "random"), "frame", E, t, where),
-               "planner": dense(select(model, "closed_loop", fr["planner_task"]), "frame", E,
-                                np.arange(dyn["control_steps"] + 1), where)[:, :, 1:h + 1]}
+    targets = {"random": dense(select(truth, "realized", "random"), "frame", E, t, where)}
+    if select(model, "open_loop", "planner").num_rows:    # a model that planned (it predicts rewards)
+        targets["planner"] = dense(select(model, "closed_loop", fr["planner_task"]), "frame", E,
+                                   np.arange(dyn["control_steps"] + 1), where)[:, :, 1:h + 1]
     out = []
     for plan, targ_all in targets.items():
         pred_all = dense(select(model, "open_loop", plan), "frame", E, t, where)     # (E, S, h, *frame)
