@@ -92,6 +92,36 @@ def test_prdc_matches_the_prdc_package_and_is_chunk_invariant():
         M.prdc(x, y, k=300)
 
 
+def test_prdc_with_precomputed_real_radii_is_the_same():
+    """The statistics stage computes the real set's k-NN radii once per view and passes them to every model's
+    PRDC: the rows are identical, and radii of the wrong set size are refused."""
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(120, 4)), rng.normal(size=(90, 4)) + 0.2
+    radii = M.real_radii(x, k=5)
+    a, b = M.prdc_rows(x, y, k=5), M.prdc_rows(x, y, k=5, radii=radii)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert not np.array_equal(M.prdc_rows(x, y, k=5, radii=radii * 0.5)["precision"], a["precision"])
+    with pytest.raises(ValueError, match=r"radii has shape \(119,\), expected \(120,\)"):
+        M.prdc_rows(x, y, k=5, radii=radii[1:])
+
+
+@pytest.mark.parametrize(("S", "M_"), [(4, 4), (1, 4), (3, 1), (2, 3)])
+def test_ssim_of_all_pairs_is_ssim_of_each_pair_bit_for_bit(S, M_):
+    """ssim_pairs filters each image's mean and variance once; the values are ssim's on the broadcast pairs,
+    bit for bit (the statistics stage relies on it to keep the committed numbers)."""
+    from wmeval.metrics.paired import ssim_pairs
+
+    rng = np.random.default_rng(S * 10 + M_)
+    pred = rng.random((3, 2, S, 24, 20, 3))
+    real = np.clip(pred[:, :, :1] + 0.1 * rng.normal(size=(3, 2, M_, 24, 20, 3)), 0, 1)
+    p, g = np.broadcast_arrays(pred[:, :, :, None], real[:, :, None])
+    want = M.ssim(p, g)
+    got = ssim_pairs(pred, real)
+    assert got.shape == (3, 2, S, M_) and np.array_equal(got, want)
+    assert want.min() < 0.99                     # the pairs differ: the check can fail
+
+
 def test_kid_matches_torch_fidelity_and_is_unbiased():
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("torch_fidelity.metric_kid")

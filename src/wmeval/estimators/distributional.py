@@ -57,6 +57,7 @@ from wmeval.metrics import (
     gaussian_stats,
     kid,
     prdc_rows,
+    real_radii,
 )
 from wmeval.tables import LONG_COLUMNS as COLUMNS
 from wmeval.tables import blocks, dense, select
@@ -340,9 +341,10 @@ def _fd_infinity_points(base: dict, view: str, vs: ViewSets, n_eps: int, cfg: Se
             for j, src in enumerate(fi.sources)]
 
 
-def _prdc_episode_rows(world: str, src: str, view: str, ref: Side, side: Side, k: int) -> list[pd.DataFrame]:
+def _prdc_episode_rows(world: str, src: str, view: str, ref: Side, side: Side, k: int,
+                       radii: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Precision and density per predicted episode, recall and coverage per real episode (ratios of sums)."""
-    rows = prdc_rows(ref.x, side.x, k=k)
+    rows = prdc_rows(ref.x, side.x, k=k, radii=radii)
     out = []
     for metric, ids in (("precision", side.episode), ("density", side.episode),
                         ("recall", ref.episode), ("coverage", ref.episode)):
@@ -368,6 +370,7 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
         refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
         n_cl = n_clusters_of(vs.reference, *vs.sources.values())
         xx = KernelBlocks.self_blocks(vs.reference, n_cl)
+        radii = real_radii(vs.reference.x, k=cfg.prdc_k) if len(vs.reference.x) > cfg.prdc_k else None
         for src, side in sorted(vs.sources.items()):
             if len(side.x) < 2:
                 raise WmevalError(f"{world}/{src}: fewer than 2 open-loop embeddings in view {view!r}")
@@ -375,7 +378,7 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
             points += _fd_points(base, view, vs, side, refs, weights, cfg)
             points.append(_kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src)))
             if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
-                ep_rows += _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k)
+                ep_rows += _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k, radii)
         points += _fd_infinity_points({"world": world, "regime": "open_loop", "view": view, "dim": vs.dim},
                                       view, vs, n_cl, cfg)
     pts = pd.DataFrame(points)

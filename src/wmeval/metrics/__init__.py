@@ -39,11 +39,11 @@ from .paired import (
                       psnr_from_mse,
                       ssim,
 )
-from .prdc import prdc, prdc_rows
+from .prdc import prdc, prdc_rows, real_radii
 from .registry import REGISTRY, MetricInfo, Shown
 
 __all__ = ["REGISTRY", "MetricInfo", "Shown", "expected_pairwise_mse", "mse", "psnr", "psnr_from_mse", "PSNR_CAP_DB",
            "ssim",
            "SSIM_WINDOW", "SSIM_SIGMA", "SSIM_K1", "SSIM_K2", "lpips_distance", "GaussianStats", "gaussian_stats",
            "FrechetReference", "CovarianceFactor", "RowGrams", "SAMPLE_SPACE_MAX", "frechet_distance",
-           "frechet_distance_factored", "fd_infinity", "mmd2_unbiased", "kid", "prdc", "prdc_rows", "best_of_k"]
+           "frechet_distance_factored", "fd_infinity", "mmd2_unbiased", "kid", "prdc", "prdc_rows", "real_radii", "best_of_k"]

@@ -278,6 +278,38 @@ def ssim(pred, target, *, data_range: float = 1.0) -> np.ndarray:
     return out.reshape(lead)
 
 
+def ssim_pairs(pred: np.ndarray, real: np.ndarray, *, data_range: float = 1.0) -> np.ndarray:
+    """:func:`ssim` of every (sample, future) pair: ``(..., S, H_img, W, C)`` and ``(..., M, H_img, W, C)``
+    float64 -> ``(..., S, M)``, the values :func:`ssim` gives on the broadcast pairs, bit for bit (tested).
+
+    Each image's local mean and variance are filtered once instead of once per pair: 2S + 2M + SM Gaussian
+    filterings instead of 5SM (80 -> 32 for K = M = 4)."""
+    img = pred.shape[-3:]
+    if min(img[:2]) < SSIM_WINDOW:
+        raise ValueError(f"ssim_pairs: images {img[:2]} are smaller than the {SSIM_WINDOW}-pixel window")
+    lead, S, M = pred.shape[:-4], pred.shape[-4], real.shape[-4]
+    x, y = pred.reshape(-1, S, *img), real.reshape(-1, M, *img)
+    c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
+    out = np.empty((len(x), S, M))
+    chunk = max(1, (1 << 24) // max(1, M * int(np.prod(img))))
+    for i in range(0, len(x), chunk):
+        a, b = x[i:i + chunk], y[i:i + chunk]
+        n = len(a)
+
+        def blur(v: np.ndarray) -> np.ndarray:      # (n, k, *img) -> (n, k, h', w', C)
+            f = _blur_valid(v.reshape(-1, *img))
+            return f.reshape(n, -1, *f.shape[1:])
+
+        mx, my = blur(a), blur(b)
+        vx, vy = blur(a * a) - mx * mx, blur(b * b) - my * my
+        for k in range(S):
+            mxk, vxk = mx[:, k:k + 1], vx[:, k:k + 1]
+            cxy = blur(a[:, k:k + 1] * b) - mxk * my
+            m = ((2 * mxk * my + c1) * (2 * cxy + c2)) / ((mxk * mxk + my * my + c1) * (vxk + vy + c2))
+            out[i:i + n, k] = m.reshape(-1, *m.shape[2:]).mean(axis=(1, 2)).mean(axis=-1).reshape(n, M)
+    return out.reshape(*lead, S, M)
+
+
 def lpips_distance(pred, target, model, *, batch_size: int = 64, device: str = "cpu") -> np.ndarray:
     """LPIPS distance per image pair, lower is better, through an ``lpips.LPIPS`` module.
 

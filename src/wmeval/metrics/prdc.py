@@ -17,7 +17,14 @@ def _kth_neighbour_radii(x: np.ndarray, k: int, chunk: int) -> np.ndarray:
     return out
 
 
-def prdc_rows(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 5, chunk: int = 2048) -> dict:
+def real_radii(real_features: np.ndarray, *, k: int = 5, chunk: int = 2048) -> np.ndarray:
+    """The real rows' k-NN radii, which :func:`prdc_rows` takes as ``radii`` when one real set meets many fake
+    sets (every model of a world against the same realized futures)."""
+    return _kth_neighbour_radii(np.asarray(real_features, dtype=np.float64), k, chunk)
+
+
+def prdc_rows(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 5, chunk: int = 2048,
+              radii: np.ndarray | None = None) -> dict:
     """Per-row indicators behind :func:`prdc` (each metric is a mean of one of these).
 
     Returns:
@@ -26,14 +33,18 @@ def prdc_rows(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 
         inside some fake k-NN ball; ``coverage`` (n_real,): nearest fake row inside the real
         row's own ball. Balls are open (strict inequalities), radii the k-th neighbour
         distance excluding the row itself, Euclidean distances in float64. Memory is
-        ``O(chunk * (n_real + n_fake))``.
+        ``O(chunk * (n_real + n_fake))``. ``radii``: the real rows' radii from :func:`real_radii`
+        (computed here when not given).
     """
     x, y = np.asarray(real_features, dtype=np.float64), np.asarray(fake_features, dtype=np.float64)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
         raise ValueError(f"prdc: features must be (n, d) with equal d, got {x.shape} and {y.shape}")
     if not 1 <= k < min(len(x), len(y)):
         raise ValueError(f"prdc: k = {k} must be in [1, min(n_real, n_fake) = {min(len(x), len(y))})")
-    rr, rf = _kth_neighbour_radii(x, k, chunk), _kth_neighbour_radii(y, k, chunk)
+    rr = _kth_neighbour_radii(x, k, chunk) if radii is None else np.asarray(radii, dtype=np.float64)
+    if rr.shape != (len(x),):
+        raise ValueError(f"prdc: radii has shape {rr.shape}, expected ({len(x)},) (one per real row)")
+    rf = _kth_neighbour_radii(y, k, chunk)
     sx, sy = np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)
     in_real = np.zeros(len(y), dtype=np.int64)    # real balls containing each fake row
     recall = np.zeros(len(x), dtype=bool)

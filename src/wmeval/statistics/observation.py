@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from wmeval.metrics import PSNR_CAP_DB, best_of_k, lpips_distance, psnr_from_mse, ssim
+from wmeval.metrics import PSNR_CAP_DB, best_of_k, lpips_distance, psnr_from_mse
+from wmeval.metrics.paired import ssim_pairs
 from wmeval.statistics.paired import episode_chunks, episode_values
 from wmeval.tables import LONG_COLUMNS as COLUMNS
 from wmeval.tables import blocks, decode_frames, dense, select
@@ -84,7 +85,7 @@ def frame_scores(world, source: str, model: pa.Table, truth: pa.Table, n_episode
             real = decode_frames(real_all[c]).astype(np.float64)
             p, g = _pairs(pred, real)                                                   # (n, T, S, M, *img)
             chunks["pair_mse"].append(np.mean((p - g) ** 2, axis=(-3, -2, -1)))        # (n, T, S, M)
-            chunks["ssim"].append(ssim(p, g).mean(axis=(2, 3)))
+            chunks["ssim"].append(ssim_pairs(np.moveaxis(pred, 1, 2), np.moveaxis(real, 1, 2)).mean(axis=(2, 3)))
             if lpips_model is not None:
                 chunks["lpips"].append(lpips_distance(p, g, lpips_model).mean(axis=(2, 3)))
             if b.regime == "open_loop":
