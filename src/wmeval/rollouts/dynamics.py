@@ -175,10 +175,10 @@ class _Queries:
 
 
 #: Why the state-level queries do not run on a world whose states are environment snapshots.
-SNAPSHOT_STATES = ("its states are environment snapshots: the state-level queries (state rollout curves, the "
-                   "planner's rollouts, counterfactual pairs on states, probes) need a simulator that steps "
-                   "arbitrary states; action sensitivity and counterfactual consistency run on frames instead "
-                   "(observation layers)")
+SNAPSHOT_STATES = ("its states are environment snapshots: the state-level queries (state rollout curves, "
+                   "counterfactual pairs on states, probes) need a simulator that steps arbitrary states; rollout "
+                   "curves run on frames instead (from the control starts), and action sensitivity and "
+                   "counterfactual consistency on frames too (observation layers)")
 
 
 def not_applicable(world: World) -> str | None:

@@ -1,0 +1,189 @@
+"""Where the pipeline's time and memory go: each stage's wall time and peak RSS on a config, beside its floors.
+
+For a fresh copy of the project (a temporary git repository, params composed from ``conf/`` with the
+given overrides), every stage runs in order as its own process (``python stages/<stage>.py``, what
+``dvc repro`` runs), twice:
+
+* **cold**: an empty feature cache and no outputs, as a fresh clone's first ``dvc repro``;
+* **warm**: the same stages again with the feature cache filled (the features stage then embeds
+  nothing; every other stage does its full work again: DVC would skip them, this measures them).
+
+Per stage: the median wall time over ``--repeats`` cold runs (each from scratch), the warm time, and the
+peak RSS (``ru_maxrss`` of that stage's process, from ``os.wait4`` in a small launcher). Beside them, the
+stage's **start-up floor**: a process that only imports what the stage imports (interpreter, numpy,
+torch, ...) and does nothing; the gap between the two is the stage's own work. The machine's measured
+float64 matmul rate is recorded too, so that a stage's arithmetic can be put against it.
+
+``--scale`` also runs the stages at 1x, 2x (and ``--scale 4``: 4x) ``protocol.n_episodes`` and fits each
+stage's time ~ n^b (least squares on logs): ``b`` near 1 is linear; above 1 a stage grows faster than
+its work.
+
+    python benchmarks/pipeline.py                      # default config, 1 cold + 1 warm run
+    python benchmarks/pipeline.py --repeats 3 --scale 2 --out benchmarks/results/pipeline.json
+
+Everything in one JSON (``--out``) comes from one run on one machine, with the stages side by side, so
+ratios hold when absolute times drift. Times on a shared machine are noisy: compare medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
+PROJECT = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
+           "benchmarks/results/coverage.json"]
+
+
+def make_project(dest: Path, overrides: list[str]) -> Path:
+    """A copy of the project in a fresh git repository (the report records the commit), params composed."""
+    from wmeval.core.config import compose_text
+
+    dest.mkdir(parents=True)
+    for name in PROJECT:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        elif src.exists():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    (dest / ".dvc").mkdir()
+    for name in ("config", ".gitignore"):
+        shutil.copy2(ROOT / ".dvc" / name, dest / ".dvc" / name)
+    (dest / "params.yaml").write_text(compose_text(overrides, dest))
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@wmeval.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-qm", "bench"], cwd=dest, check=True)
+    return dest
+
+
+#: Runs a command and writes its wall time and ``ru_maxrss`` (from ``os.wait4``) to a file. A forked child's
+#: peak RSS starts from its parent's (Linux counts the pre-exec image), so the parent is this small
+#: launcher, not the benchmark (or pytest) process.
+LAUNCHER = ("import os, subprocess, sys, time\n"
+            "t0 = time.perf_counter()\n"
+            "p = subprocess.Popen(sys.argv[2:])\n"
+            "_, status, usage = os.wait4(p.pid, 0)\n"
+            "open(sys.argv[1], 'w').write(f'{time.perf_counter() - t0} {usage.ru_maxrss}')\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
+def run_process(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """Wall time (s) and peak RSS (MB) of one process; a failure stops the benchmark with its stderr."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = Path(tmp) / "usage"
+        r = subprocess.run([sys.executable, "-c", LAUNCHER, str(stats), *cmd], cwd=cwd, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}) in {cwd}:\n"
+                             f"{r.stderr.decode(errors='replace')[-3000:]}")
+        wall, maxrss = stats.read_text().split()
+    return {"wall_s": float(wall), "peak_rss_mb": int(maxrss) / 1024}
+
+
+def stage_imports(stage: str) -> str:
+    """The stage script's import statements: a process running only these is the stage's start-up floor."""
+    tree = ast.parse((ROOT / "stages" / f"{stage}.py").read_text())
+    return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """The machine's float64 matmul rate (GFLOP/s, median of ``repeats``)."""
+    a = np.random.default_rng(0).random((n, n))
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ a
+        ts.append(time.perf_counter() - t0)
+    return 2 * n**3 / float(np.median(ts)) / 1e9
+
+
+def run_stages(proj: Path, env: dict[str, str]) -> dict[str, dict]:
+    return {s: run_process([sys.executable, f"stages/{s}.py"], proj, env) for s in STAGES}
+
+
+def measure(overrides: list[str], repeats: int, work: Path, tag: str) -> dict:
+    """Cold runs (each in a fresh copy with an empty cache), then one warm run in the last copy."""
+    cold = []
+    for r in range(repeats):
+        proj = make_project(work / f"{tag}-{r}", overrides)
+        env = {**os.environ, "WMEVAL_CACHE_DIR": str(work / f"{tag}-{r}-cache"), "PYTHONPATH": str(proj / "src")}
+        cold.append(run_stages(proj, env))
+    warm = run_stages(proj, env)
+    out = {}
+    for s in STAGES:
+        walls = [c[s]["wall_s"] for c in cold]
+        out[s] = {"cold_wall_s": float(np.median(walls)), "cold_walls_s": walls, "warm_wall_s": warm[s]["wall_s"],
+                  "peak_rss_mb": max(c[s]["peak_rss_mb"] for c in cold)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/ (default: the shipped config)")
+    ap.add_argument("--repeats", type=int, default=1, help="cold runs per configuration (median reported)")
+    ap.add_argument("--scale", type=int, default=0, choices=[0, 2, 4],
+                    help="also run at 2x (and 4x) protocol.n_episodes and fit each stage's exponent")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+    import yaml
+
+    from wmeval.core.config import compose_text
+
+    n_base = yaml.safe_load(compose_text(args.overrides, ROOT))["protocol"]["n_episodes"]
+    with tempfile.TemporaryDirectory(prefix="wmeval-bench-") as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        floors = {}
+        for s in STAGES:
+            runs = [run_process([sys.executable, "-c", stage_imports(s)], ROOT, env) for _ in range(3)]
+            floors[s] = {"wall_s": float(np.median([r["wall_s"] for r in runs])),
+                         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
+        base = measure(args.overrides, args.repeats, work, "base")
+        result = {
+            "config": args.overrides or ["(shipped defaults)"], "n_episodes": n_base, "repeats": args.repeats,
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                        "matmul_gflops_fp64": matmul_gflops()},
+            "stages": {s: {**base[s], "startup_floor_s": floors[s]["wall_s"],
+                           "startup_floor_rss_mb": floors[s]["peak_rss_mb"],
+                           "work_s": base[s]["cold_wall_s"] - floors[s]["wall_s"]} for s in STAGES},
+            "total_cold_s": sum(base[s]["cold_wall_s"] for s in STAGES),
+            "total_warm_s": sum(base[s]["warm_wall_s"] for s in STAGES),
+            "total_startup_floor_s": sum(floors[s]["wall_s"] for s in STAGES),
+        }
+        if args.scale:
+            factors = [1, 2] + ([4] if args.scale == 4 else [])
+            runs = {1: base}
+            for f in factors[1:]:
+                runs[f] = measure([*args.overrides, f"protocol.n_episodes={n_base * f}"], 1, work, f"x{f}")
+            x = np.log(np.array(factors, float))
+            result["scaling"] = {
+                "factors": factors,
+                "stages": {s: {"wall_s": [runs[f][s]["cold_wall_s"] for f in factors],
+                               "peak_rss_mb": [runs[f][s]["peak_rss_mb"] for f in factors],
+                               # the stage's own work (start-up floor removed) against the episode count
+                               "exponent": float(np.polyfit(x, np.log([max(1e-3, runs[f][s]["cold_wall_s"]
+                                                                           - floors[s]["wall_s"])
+                                                                       for f in factors]), 1)[0])}
+                           for s in STAGES}}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
