@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
@@ -209,7 +210,8 @@ BIAS_CORRECTED = {"fd": "fd_bias_corrected", "fd_stratified": "fd_stratified_bia
 def _world_sets(params: Params, world: str, wp: dict, rollouts: Path, features: Path) -> dict:
     sc = params.scoring
     fe_dir = features / params.encoder.name / world
-    truth = read_table(rollouts / world / "ground_truth.parquet")
+    gt = rollouts / world / "ground_truth.parquet"
+    truth = read_table(gt, columns=[c for c in pq.read_schema(gt).names if c != "frame"])   # keys and actions
     truth_emb = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
     embs = {m: read_table(fe_dir / f"{m}.parquet", columns=[*KEYS, "embedding"]) for m in wp["models"]}
     clip = read_metadata(fe_dir / "ground_truth.parquet")["clip"] is not None
