@@ -115,18 +115,19 @@ def run_stages(proj: Path, env: dict[str, str]) -> dict[str, dict]:
     return {s: run_process([sys.executable, f"stages/{s}.py"], proj, env) for s in STAGES}
 
 
-def measure(overrides: list[str], repeats: int, work: Path, tag: str) -> dict:
-    """Cold runs (each in a fresh copy with an empty cache), then one warm run in the last copy."""
+def measure(overrides: list[str], repeats: int, work: Path, tag: str, warm: bool = True) -> dict:
+    """Cold runs (each in a fresh copy with an empty cache), then (``warm``) one warm run in the last copy."""
     cold = []
     for r in range(repeats):
         proj = make_project(work / f"{tag}-{r}", overrides)
         env = {**os.environ, "WMEVAL_CACHE_DIR": str(work / f"{tag}-{r}-cache"), "PYTHONPATH": str(proj / "src")}
         cold.append(run_stages(proj, env))
-    warm = run_stages(proj, env)
+    again = run_stages(proj, env) if warm else None
     out = {}
     for s in STAGES:
         walls = [c[s]["wall_s"] for c in cold]
-        out[s] = {"cold_wall_s": float(np.median(walls)), "cold_walls_s": walls, "warm_wall_s": warm[s]["wall_s"],
+        out[s] = {"cold_wall_s": float(np.median(walls)), "cold_walls_s": walls,
+                  "warm_wall_s": again[s]["wall_s"] if again else None,
                   "peak_rss_mb": max(c[s]["peak_rss_mb"] for c in cold)}
     return out
 
@@ -168,7 +169,7 @@ def main() -> None:
             factors = [1, 2] + ([4] if args.scale == 4 else [])
             runs = {1: base}
             for f in factors[1:]:
-                runs[f] = measure([*args.overrides, f"protocol.n_episodes={n_base * f}"], 1, work, f"x{f}")
+                runs[f] = measure([*args.overrides, f"protocol.n_episodes={n_base * f}"], 1, work, f"x{f}", warm=False)
             x = np.log(np.array(factors, float))
             result["scaling"] = {
                 "factors": factors,

@@ -648,3 +648,27 @@ def test_memory_needed_counts_the_snapshot_store():
     assert need == frames * pixels + PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1) * pixels * 8 + store
     make_episodes(w, PROTO)
     assert sum(s.frame.nbytes for s in w._store) == store                 # what the store really holds
+
+
+def test_each_models_snapshots_are_dropped_once_its_table_is_out():
+    """The snapshot store keeps a frame per step: a model's rollouts (oracle-noise and shuffled roll the
+    environment) are dropped after its table, the episodes' after the last table; the tables are the same
+    as without dropping (a second world that never rewinds)."""
+    from wmeval.rollouts.episodes import world_tables
+
+    models = {"oracle-noise": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.01},
+              "shuffled": {"_target_": "wmeval.models.ShuffledFuturesModel"}}
+    w = cartpole()
+    sizes, tables = [], {}
+    for name, table in world_tables(WorldConfig("cartpole", "gymnasium"), models, PROTO, False, world=w):
+        sizes.append(len(w._store))
+        tables[name] = table
+    assert sizes[1] > sizes[0] and sizes[2] > sizes[0]      # each model added its own rollouts ...
+    assert len(w._store) == 0                                # ... and nothing is kept after the last table
+    keep = cartpole()
+    keep.rewind = lambda mark: None                          # the same run, never dropping a snapshot
+    for name, table in world_tables(WorldConfig("cartpole", "gymnasium"), models, PROTO, False, world=keep):
+        assert table.equals(tables[name]), name
+    assert len(keep._store) > sizes[2]
+    with pytest.raises(ValueError, match=r"rewind\(5\): the store holds 0 snapshots"):
+        w.rewind(5)

@@ -298,14 +298,23 @@ def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: Proto
     The stage writes each table as it comes, so that no more than one model's table is held at once."""
     world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
     models = models if models is not None else build_models(world, models_cfg)
+    # A world that keeps snapshots (a Gymnasium world) adds one per step of every rollout, a model's too:
+    # each model's are dropped once its table is out, and the episodes' once every table is.
+    start = world.checkpoint() if hasattr(world, "checkpoint") else None
     eps = make_episodes(world, protocol)
     eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))  # fail early on a bad plan name
     yield GROUND_TRUTH, ground_truth_table(world, wcfg, protocol, eps)
+    mark = world.checkpoint() if start is not None else None
     bar = tqdm(total=len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
                unit="rollout", disable=not progress)
     with bar:
         for name, model in models.items():
             yield name, model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, eps, bar)
+            if mark is not None:
+                world.rewind(mark)
+    if start is not None:
+        del eps
+        world.rewind(start)
 
 
 def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,

@@ -394,6 +394,17 @@ class GymnasiumWorld(ExternalWorld):
                                  self._snapshot(env), seed))
         return float(len(self._store) - 1)
 
+    def checkpoint(self) -> int:
+        """A mark of the snapshot store: :meth:`rewind` drops every snapshot taken after it."""
+        return len(self._store)
+
+    def rewind(self, mark: int) -> None:
+        """Drop the snapshots taken after ``mark`` (a model's own rollouts, once its table is written): their
+        handles must not be used again. The store otherwise grows by a frame per step of every model."""
+        if not 0 <= mark <= len(self._store):
+            raise ValueError(f"rewind({mark}): the store holds {len(self._store)} snapshots")
+        del self._store[mark:]
+
     def _fresh_env(self):
         if self._backend is not None:
             return self._env
