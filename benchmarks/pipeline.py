@@ -4,7 +4,9 @@ For a fresh copy of the project (a temporary git repository, params composed fro
 given overrides), every stage runs in order as its own process (``python stages/<stage>.py``, what
 ``dvc repro`` runs), twice:
 
-* **cold**: an empty feature cache and no outputs, as a fresh clone's first ``dvc repro``;
+* **cold**: an empty feature cache, no outputs and no compiled bytecode in the copy, as a fresh clone's
+  first ``dvc repro`` (the start-up floors run with compiled bytecode, so a cold stage's work includes
+  compiling what it imports; a config that sets ``encoder.cache_dir`` overrides the empty cache);
 * **warm**: the same stages again with the feature cache filled (the features stage then embeds
   nothing; every other stage does its full work again: DVC would skip them, this measures them).
 

@@ -647,7 +647,7 @@ def test_memory_needed_counts_the_snapshot_store():
     store = PROTO.n_episodes * (n_plans * PROTO.horizon + 1) * pixels     # a shared start, then each plan's steps
     assert need == frames * pixels + PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1) * pixels * 8 + store
     make_episodes(w, PROTO)
-    assert sum(s.frame.nbytes for s in w._store) == store                 # what the store really holds
+    assert sum(s.frame.nbytes for s in w._store.values()) == store                 # what the store really holds
 
 
 def test_each_models_snapshots_are_dropped_once_its_table_is_out():
@@ -670,5 +670,7 @@ def test_each_models_snapshots_are_dropped_once_its_table_is_out():
     for name, table in world_tables(WorldConfig("cartpole", "gymnasium"), models, PROTO, False, world=keep):
         assert table.equals(tables[name]), name
     assert len(keep._store) > sizes[2]
-    with pytest.raises(ValueError, match=r"rewind\(5\): the store holds 0 snapshots"):
-        w.rewind(5)
+    with pytest.raises(WmevalError, match="snapshot handle 0 was dropped"):    # handles are never reused
+        w.render(np.array([[0.0]]))
+    with pytest.raises(ValueError, match=r"only \d+ snapshots were ever taken"):
+        w.rewind(w.checkpoint() + 1)

@@ -142,21 +142,23 @@ def test_kid_matches_torch_fidelity_and_is_unbiased():
     assert (m1, s1) == M.kid(x, y, num_subsets=10, subset_size=50, seed=1) and s1 > 0
 
 
-def test_kid_subsets_from_one_kernel_pass_equal_a_kernel_per_subset():
-    """kid() sums every subset's kernel in one pass over the kernel's rows; the same seeded draws scored one
-    subset at a time with mmd2_unbiased give the same mean and std (up to summation order), chunked or not."""
+@pytest.mark.parametrize(("nx", "ny", "m"), [(100, 90, 80), (230, 190, 60)], ids=["one-pass", "per-subset"])
+def test_kid_subsets_from_one_kernel_pass_equal_a_kernel_per_subset(nx, ny, m):
+    """kid() sums every subset's kernel in one pass over the kernel's rows where that is cheaper (subsets near
+    the sets' size), else a kernel per subset; either way the same seeded draws scored one subset at a time with
+    mmd2_unbiased give the same mean and std (up to summation order), chunked or not."""
     rng = np.random.default_rng(6)
-    x, y = rng.normal(size=(230, 8)), rng.normal(size=(190, 8)) + 0.1
+    x, y = rng.normal(size=(nx, 8)), rng.normal(size=(ny, 8)) + 0.1
     draw = np.random.default_rng(3)
     vals = []
     for _ in range(12):
-        ix, iy = draw.choice(230, 60, replace=False), draw.choice(190, 60, replace=False)
+        ix, iy = draw.choice(nx, m, replace=False), draw.choice(ny, m, replace=False)
         vals.append(M.mmd2_unbiased(x[ix], y[iy]))
     for chunk in (7, 4096):
-        mean, std = M.kid(x, y, num_subsets=12, subset_size=60, seed=3, chunk=chunk)
+        mean, std = M.kid(x, y, num_subsets=12, subset_size=m, seed=3, chunk=chunk)
         assert mean == pytest.approx(np.mean(vals), rel=1e-9, abs=1e-15)
         assert std == pytest.approx(np.std(vals), rel=1e-9)
-    assert M.kid(x, y, num_subsets=12, subset_size=60, seed=4)[0] != pytest.approx(np.mean(vals), rel=1e-6)
+    assert M.kid(x, y, num_subsets=12, subset_size=m, seed=4)[0] != pytest.approx(np.mean(vals), rel=1e-6)
 
 
 def test_fd_infinity_recovers_a_known_intercept():

@@ -201,9 +201,19 @@ def test_statistics_read_in_episode_windows_change_no_value(tmp_path, tiny_param
             a, b = (x.sort_values(key, kind="stable").reset_index(drop=True) for x in (a, b))
             pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert set(whole[0].episode) == set(range(n))
-    # A stray episode id is named, with its file and column.
+    # A block missing for a whole window is named, never skipped for those episodes.
+    import pyarrow.compute as pc
+
     path = rollouts / "pendulum" / "linear.parquet"
     t = read_table(path)
+    drop = pc.and_(pc.equal(t.column("episode"), 2), pc.equal(t.column("plan").cast(pa.string()), "random_0"))
+    write_table(t.filter(pc.invert(drop)), path)
+    with monkeypatch.context() as m:
+        m.setattr(io, "WINDOW_BYTES", 1)
+        with pytest.raises(WmevalError, match=r"linear.parquet: episodes 2\.\.2 have no rows of the blocks "
+                                              r"\[\('open_loop', 'random_0'\), \('teacher_forced', 'random_0'\)\]"):
+            world_rows(p, "pendulum", rollouts, features)
+    # A stray episode id is named, with its file and column.
     i = t.schema.get_field_index("episode")
     write_table(t.set_column(i, t.schema.field(i), pa.array([99] * t.num_rows, pa.int32())), path)
     with pytest.raises(WmevalError, match=r"linear.parquet: column 'episode' has value 99; the protocol has "

@@ -355,7 +355,9 @@ def _frame_rollouts(world: World, name: str, model: Any, handles: np.ndarray, ac
                     dyn: DynamicsConfig, protocol: ProtocolConfig) -> list[pa.Table]:
     """A model's open-loop frames from the real snapshots ``handles`` ``(E, 1)`` under ``actions`` ``(E, h, A)``
     (seed 002 layer 2 on frames): rows regime ``open_loop``, plan and condition ``plan``, ``t = 1..h``; at most
-    :data:`CHUNK_BYTES` of predicted frames at a time. The draws are named by the query, not by call order."""
+    :data:`CHUNK_BYTES` of predicted frames at a time. The draws are named by the query and the chunk's first
+    episode, not by call order; a stochastic model's draws therefore depend on the chunk size (fixed by
+    :data:`CHUNK_BYTES`, the frame size and K), as the planner's do (:class:`RewardPredictor`)."""
     E, h = actions.shape[:2]
     samples = protocol.num_samples if getattr(model, "stochastic", False) else 1
     where = f"model {name!r} on world {world.name!r} (rollout curves, {plan} actions)"
@@ -372,6 +374,9 @@ def _frame_rollouts(world: World, name: str, model: Any, handles: np.ndarray, ac
         except Exception as e:
             raise ModelOutputError(f"{where}: predict() raised {type(e).__name__}: {e}") from e
         if isinstance(raw, Prediction) and raw.frames is None:   # a reward or state head only: no pixel curves
+            if out:
+                raise ModelOutputError(f"{where}: predicted frames for episodes 0..{lo - 1} but none for {lo}..; "
+                                       "return frames always or never")
             return []
         pred = check_prediction(raw, n=hi - lo, samples=samples, horizon=h, frame_shape=world.frame_shape,
                                 state_dim=world.state_dim, where=where)

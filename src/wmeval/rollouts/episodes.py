@@ -259,7 +259,7 @@ def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
     # The store: the shared start and each plan's realized steps, M futures of a stochastic world.
     futures = protocol.num_futures if world.stochastic else 1
     snapshots = protocol.n_episodes * futures * (n_plans * protocol.horizon + 1) * pixels \
-        if hasattr(world, "observe") else 0
+        if hasattr(world, "checkpoint") else 0
     return stored + frames_per_plan * pixels * 8 + snapshots
 
 

@@ -103,6 +103,26 @@ def _at(rows: pa.Table | pd.DataFrame, lo: int) -> pd.DataFrame:
     return df
 
 
+def block_layout(table: pa.Table) -> dict[tuple[str, str], int]:
+    """``{(regime, plan): samples}`` of a table (its blocks and each block's sample count)."""
+    keys = pa.table({"regime": table.column("regime").cast(pa.string()),
+                     "plan": table.column("plan").cast(pa.string()), "sample": table.column("sample")})
+    agg = keys.group_by(["regime", "plan"]).aggregate([("sample", "max")]).to_pylist()
+    return {(r["regime"], r["plan"]): int(r["sample_max"]) + 1 for r in agg}
+
+
+def check_window(path: Path, table: pa.Table, whole: dict[tuple[str, str], int], lo: int, hi: int) -> None:
+    """A window's rows hold every block of the file with its sample count: a block or sample missing for a
+    whole window would otherwise pass the per-window checks (which see only the window)."""
+    got = block_layout(table)
+    if got != whole:
+        missing = sorted(set(whole) - set(got))
+        fewer = sorted(b for b in set(got) & set(whole) if got[b] != whole[b])
+        raise WmevalError(f"{path}: episodes {lo}..{hi - 1} " + (f"have no rows of the blocks {missing}" if missing
+                          else f"have {[got[b] for b in fewer]} samples in {fewer}, the file "
+                               f"{[whole[b] for b in fewer]}"))
+
+
 def _window(table: pa.Table, lo: int, hi: int) -> pa.Table:
     """The rows of an in-memory table (embeddings) for episodes ``lo..hi - 1``, renumbered from 0."""
     ep = table.column("episode")
@@ -217,13 +237,19 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     metas = {name: read_metadata(p) for name, p in paths.items()}
     model_embs = {name: read_table(fe_dir / f"{name}.parquet", columns=[*KEYS, "embedding"]) for name in entries}
     pairs = observed_pairs(w, truth_keys)
+    layouts = {gt_path: block_layout(truth_keys),
+               **{p: block_layout(read_table(p, columns=["regime", "plan", "sample"])) for p in paths.values()}}
     for lo, hi in episode_windows([gt_path, *paths.values()], N):
         truth = read_episodes(gt_path, lo, hi)
+        check_window(gt_path, truth, layouts[gt_path], lo, hi)
         truth_emb = _window(truth_emb_all, lo, hi) if per_frame else None
         out.contributions.append(_at(truth_diversity(world, truth, hi - lo, H, str(gt_path)), lo))
         for name, path in paths.items():
-            _model_rows(out, w, name, read_episodes(path, lo, hi), truth, truth_emb, _window(model_embs[name], lo, hi),
+            table = read_episodes(path, lo, hi)
+            check_window(path, table, layouts[path], lo, hi)
+            _model_rows(out, w, name, table, truth, truth_emb, _window(model_embs[name], lo, hi),
                         H, pairs, lo, hi - lo, str(path), lpips_model)
+            del table
         del truth
     models = {name: m["num_samples"] for name, m in metas.items()}
     with_state = [name for name, m in metas.items() if m["has_state"]]

@@ -46,7 +46,7 @@ def dynamics_contributions(world: World, source: str, model: pa.Table, truth: pa
     is_truth = source == "ground_truth"
     regime = "realized" if is_truth else "open_loop"
     random_plans = [p for p, c in meta["plans"].items() if c == "random"]
-    if not is_truth and random_plans:   # none: an environment, whose dynamics tables hold control rows only
+    if not is_truth and random_plans:   # none on an environment: its rollout curves are frame_rollout_contributions
         # Layer 2: rollout error curves under random plans and under this model's planner plans.
         curves = [pair_mse(world, _states(model, regime, p, n, t, where), _states(truth, "realized", p, n, t, where))
                   for p in random_plans]

@@ -173,6 +173,40 @@ def resize_frame(rgb: np.ndarray, height: int | None, width: int | None, resize_
     return img.permute(1, 2, 0).numpy().copy()
 
 
+class _Store:
+    """Snapshots by handle. Handles count up and are never reused, so that a handle whose snapshot was
+    dropped (:meth:`rewind`) raises instead of silently naming a newer state."""
+
+    def __init__(self) -> None:
+        self._snaps: dict[int, _Snap] = {}
+        self.next = 0
+
+    def append(self, snap: _Snap) -> int:
+        h = self.next
+        self._snaps[h] = snap
+        self.next += 1
+        return h
+
+    def __getitem__(self, handle: int) -> _Snap:
+        try:
+            return self._snaps[int(handle)]
+        except KeyError:
+            raise WmevalError(f"snapshot handle {int(handle)} was dropped (or never taken): a handle must not be "
+                              "kept past the rollouts that made it") from None
+
+    def __len__(self) -> int:
+        return len(self._snaps)
+
+    def values(self):
+        return self._snaps.values()
+
+    def rewind(self, mark: int) -> None:
+        if not 0 <= mark <= self.next:
+            raise ValueError(f"rewind({mark}): only {self.next} snapshots were ever taken")
+        for h in [h for h in self._snaps if h >= mark]:
+            del self._snaps[h]
+
+
 @dataclass
 class GymnasiumWorld(ExternalWorld):
     """A Gymnasium environment as a :class:`~wmeval.worlds.base.World`.
@@ -262,7 +296,7 @@ class GymnasiumWorld(ExternalWorld):
         self._has_state = (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
                            and 0 < obs_space.shape[0] <= self.max_state_dim)
         self.state_dim = int(obs_space.shape[0]) if self._has_state else 0
-        self._store: list[_Snap] = []
+        self._store = _Store()
         self._plan_names = self._declared_plan_names()
         pair = list(self.counterfactual_pair) if self.counterfactual_pair else self._plan_names[:2]
         unknown = [p for p in pair if p not in self._plan_names]
@@ -390,20 +424,17 @@ class GymnasiumWorld(ExternalWorld):
         return np.asarray(obs, dtype=np.float64).reshape(-1) if self._has_state else None
 
     def _add(self, env, obs: Any, reward: float, done: bool, seed: int) -> float:
-        self._store.append(_Snap(self._frame(env), self._obs(obs), float(reward), bool(done),
-                                 self._snapshot(env), seed))
-        return float(len(self._store) - 1)
+        return float(self._store.append(_Snap(self._frame(env), self._obs(obs), float(reward), bool(done),
+                                              self._snapshot(env), seed)))
 
     def checkpoint(self) -> int:
         """A mark of the snapshot store: :meth:`rewind` drops every snapshot taken after it."""
-        return len(self._store)
+        return self._store.next
 
     def rewind(self, mark: int) -> None:
-        """Drop the snapshots taken after ``mark`` (a model's own rollouts, once its table is written): their
-        handles must not be used again. The store otherwise grows by a frame per step of every model."""
-        if not 0 <= mark <= len(self._store):
-            raise ValueError(f"rewind({mark}): the store holds {len(self._store)} snapshots")
-        del self._store[mark:]
+        """Drop the snapshots taken after ``mark`` (a model's own rollouts, once its table is written). The store
+        otherwise grows by a frame per step of every model. Handles are never reused: a dropped one raises."""
+        self._store.rewind(mark)
 
     def _fresh_env(self):
         if self._backend is not None:
@@ -446,8 +477,7 @@ class GymnasiumWorld(ExternalWorld):
         for i, h in enumerate(handles):
             snap = self._store[h]
             if snap.done:
-                self._store.append(_Snap(snap.frame, snap.obs, 0.0, True, snap.snapshot, snap.seed))
-                out[i, 0] = len(self._store) - 1
+                out[i, 0] = self._store.append(_Snap(snap.frame, snap.obs, 0.0, True, snap.snapshot, snap.seed))
                 continue
             env = self._restore(snap)
             if seeds is not None:
