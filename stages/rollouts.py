@@ -19,7 +19,7 @@ from wmeval.rollouts.inputs import (
     stage_deps,
     world_inputs,
 )
-from wmeval.tables import atomic_dir, write_table
+from wmeval.tables import atomic_dir, write_blocks, write_table
 from wmeval.worlds import build_world
 
 OUT = Path("data/rollouts")
@@ -43,11 +43,11 @@ def run() -> None:
             entries = params.models[name].entries if name in params.models else {}
             models = build_models(world, entries)
             (tmp / name / "dynamics").mkdir(parents=True)
-            # Each observation table is written as it comes (one model's table in memory at a time).
-            for source, table in world_tables(wcfg, entries, params.protocol, world=world, models=models):
-                write_table(table, tmp / name / f"{source}.parquet")
-                log.info("%s/%s: %d rows", name, source, table.num_rows)
-                del table
+            # Each block of episodes of each observation table is written as it comes (one model's block in
+            # memory at a time).
+            rows = write_blocks(world_tables(wcfg, entries, params.protocol, world=world, models=models), tmp / name)
+            for source, n in rows.items():
+                log.info("%s/%s: %d rows", name, source, n)
             dyn, skipped = dynamics_tables(wcfg, world, models, world_dynamics(params, name), params.protocol)
             for model, reason in skipped.items():
                 log.info("%s/%s: no dynamics layers: %s", name, model, reason)

@@ -645,7 +645,9 @@ def test_memory_needed_counts_the_snapshot_store():
     frames = n_plans * PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1)   # K = 2 > M = 1
     pixels = 40 * 60 * 3
     store = PROTO.n_episodes * (n_plans * PROTO.horizon + 1) * pixels     # a shared start, then each plan's steps
-    assert need == frames * pixels + PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1) * pixels * 8 + store
+    drawn = PROTO.n_episodes * (4 + n_plans * PROTO.horizon * 1) * 8           # initial states and plans
+    assert need == frames * pixels + PROTO.n_episodes * PROTO.num_samples * (PROTO.horizon + 1) * pixels * 8 + store \
+        + drawn
     make_episodes(w, PROTO)
     assert sum(s.frame.nbytes for s in w._store.values()) == store                 # what the store really holds
 
@@ -674,3 +676,32 @@ def test_each_models_snapshots_are_dropped_once_its_table_is_out():
         w.render(np.array([[0.0]]))
     with pytest.raises(ValueError, match=r"only \d+ snapshots were ever taken"):
         w.rewind(w.checkpoint() + 1)
+
+
+def test_the_snapshot_store_holds_one_block_of_episodes_at_a_time():
+    """In blocks of 3, the store holds the N initial states and one block's rollouts: its peak does not grow
+    with N (12 episodes peak as 6 do, plus their initial frames), while one block of 12 holds twice the
+    rollouts; the tables of a deterministic env are the same rows in any blocks."""
+    import dataclasses
+
+    from wmeval.rollouts.episodes import world_tables
+
+    models = {"oracle": {"_target_": "wmeval.models.OracleNoiseModel", "noise_std": 0.0}}
+
+    def peak(n, block):
+        w, most, tables = cartpole(), 0, {}
+        proto = dataclasses.replace(PROTO, n_episodes=n, episode_block=block, num_futures=1)
+        for name, table in world_tables(WorldConfig("cartpole", "gymnasium"), models, proto, False, world=w):
+            most = max(most, len(w._store))
+            tables.setdefault(name, []).append(table)
+        assert len(w._store) == 0
+        return most, {k: pa.concat_tables(v).to_pandas().sort_values(["regime", "plan", "episode", "t"])
+                      for k, v in tables.items()}
+
+    (six, _), (twelve, blocked), (one_block, whole) = peak(6, 3), peak(12, 3), peak(12, 12)
+    assert twelve - six == 6                                  # the 6 more initial states, nothing else
+    per_block = twelve - 12                                   # a block's rollouts (the rest: 12 initial states)
+    assert per_block > 0 and one_block == 12 + 4 * per_block  # 12 episodes at once: four blocks' worth
+    for name in whole:
+        a, b = whole[name].reset_index(drop=True), blocked[name].reset_index(drop=True)
+        np.testing.assert_array_equal(np.stack(a["frame"].to_numpy()), np.stack(b["frame"].to_numpy()))

@@ -62,6 +62,9 @@ class ProtocolConfig:
         teacher_forced_plan: the plan whose realization 0 is the teacher-forced trajectory.
         frame_dtype: how frames are stored (``uint8``: round(x * 255); ``float32``: exact).
         seed: seed of everything the rollouts draw.
+        episode_block: the most episodes rolled out and predicted at once. Memory holds one block's frames
+            (bounded whatever ``n_episodes`` is); every random draw is keyed by its block, so the numbers depend on
+            it when ``n_episodes`` exceeds it (never on memory). Lower it for large frames or many samples.
     """
 
     name: str
@@ -73,6 +76,7 @@ class ProtocolConfig:
     teacher_forced_plan: str
     frame_dtype: Literal["uint8", "float32"]
     seed: int
+    episode_block: int = 32
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,9 @@ def _check_protocol(protocol: ProtocolConfig, source: str) -> None:
     if protocol.n_episodes < 2:
         raise ConfigError(f"{source}: protocol.n_episodes = {protocol.n_episodes}; episodes are the bootstrap's "
                           "clusters and an interval needs at least 2 (one gives a zero-width interval)")
+    if protocol.episode_block < 3:
+        raise ConfigError(f"{source}: protocol.episode_block = {protocol.episode_block}; must be >= 3, so that "
+                          "every block of episodes holds at least 2 (the shuffled control borrows within a block)")
     if protocol.n_random_plans < 0 or protocol.seed < 0:
         raise ConfigError(f"{source}: protocol.n_random_plans and protocol.seed must be >= 0")
 

@@ -81,8 +81,10 @@ class ImportedModel:
         return sorted(f for f in self.path.rglob("*") if f.is_file() and f not in self.read)
 
     def load(self, regime: str, plan: str, episodes: np.ndarray, horizon: int, num_samples: int,
-             frame_shape: tuple[int, int, int] | None, state_dim: int | None) -> Prediction:
-        """Load and validate the predictions for one ``(regime, plan)``, ordered as ``episodes``."""
+             frame_shape: tuple[int, int, int] | None, state_dim: int | None,
+             n_episodes: int | None = None) -> Prediction:
+        """Load and validate the predictions for one ``(regime, plan)``, ordered as ``episodes`` (one block of the
+        protocol's ``n_episodes``: the file must hold exactly episodes ``0..n_episodes - 1``; default: ``episodes``)."""
         manifest_path = self.path / "manifest.json"
         if int(self.manifest["horizon"]) != horizon:
             raise ModelOutputError(
@@ -105,16 +107,17 @@ class ImportedModel:
             uniq, counts = np.unique(ep, return_counts=True)
             if (counts > 1).any():
                 raise ModelOutputError(f"{f}: array 'episode': id {int(uniq[counts > 1][0])} appears more than once")
-            missing = np.setdiff1d(episodes, ep)
+            expected = episodes if n_episodes is None else np.arange(n_episodes)
+            missing = np.setdiff1d(expected, ep)
             if missing.size:
                 raise ModelOutputError(
                     f"{f}: array 'episode': {missing.size} evaluation episodes are missing, "
                     f"e.g. {missing[:5].tolist()}")
-            extra = np.setdiff1d(ep, episodes)
+            extra = np.setdiff1d(ep, expected)
             if extra.size:
                 raise ModelOutputError(
                     f"{f}: array 'episode': ids {extra[:5].tolist()} are not evaluation episodes "
-                    f"(protocol.n_episodes = {len(episodes)})")
+                    f"(protocol.n_episodes = {len(expected)})")
             order = np.argsort(ep)[np.searchsorted(np.sort(ep), episodes)]
             s = num_samples if self.stochastic else 1
             out: dict[str, np.ndarray | None] = {"frames": None, "states": None}
@@ -132,8 +135,8 @@ class ImportedModel:
             if out["frames"] is None and (self.path / regime / plan).is_dir():
                 if frame_shape is None:
                     raise ModelOutputError(f"{self.path / regime / plan}: videos given, but the world has no frames")
-                out["frames"] = check_frames(self._videos(regime, plan, ep, s, horizon, frame_shape),
-                                             (len(ep), s, horizon, *frame_shape), f"{self.path / regime / plan}")[order]
+                out["frames"] = check_frames(self._videos(regime, plan, episodes, s, horizon, frame_shape),
+                                             (len(episodes), s, horizon, *frame_shape), f"{self.path / regime / plan}")
             frames, states = out["frames"], out["states"]
             if frames is None and states is None:
                 raise ModelOutputError(f"{f}: neither 'frames' nor 'states' (arrays: {data.files})")

@@ -13,8 +13,12 @@ For one world, with protocol ``N, H, K, M``:
    ``o_t`` from the realized ``o_0..o_{t-1}`` (regime ``teacher_forced``), with
    the model's ``log_prob`` of the realized step where it has one.
 
+Steps 2-4 run one block of episodes at a time (``protocol.episode_block`` at most, :func:`episode_blocks`),
+so that memory holds one block's frames whatever N is; each source's table is written block by block.
+
 Every random draw comes from :func:`wmeval.core.rng.make_rng` keyed by world, component,
-plan and step, so results do not depend on which models or plans run.
+plan, step and block, so results do not depend on which models or plans run, nor on memory. Block 0 keeps the
+keys of an unblocked run: a protocol of one block (N <= ``episode_block``) draws what it always did.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from wmeval.models.base import (
     check_log_prob,
     check_prediction,
 )
-from wmeval.tables import rollout_table, with_metadata
+from wmeval.tables import METADATA_KEY, rollout_table, with_metadata
 from wmeval.worlds import Plan, World, build_world, rollout_states
 from wmeval.worlds.base import capabilities, observe, teacher_forced_plan, true_reward
 
@@ -55,12 +59,13 @@ FORMAT = "wmeval-rollouts/1"
 
 @dataclass(frozen=True)
 class Episodes:
-    """The evaluation set of one world: ids, initial states, plans, realized futures."""
+    """The evaluation set of one world, or one block of it: ids, initial states, plans, realized futures."""
 
-    ids: np.ndarray            # (N,)
+    ids: np.ndarray            # (N,) episode ids (a block's: lo..hi - 1)
     s0: np.ndarray             # (N, D)
     plans: list[Plan]
-    realized: dict[str, np.ndarray]  # plan -> (N, M, H + 1, D) states
+    realized: dict[str, np.ndarray]  # plan -> (N, M, H + 1, D) states ({} before :func:`realize`)
+    key: tuple = ()            # the block's suffix of every random stream's key (block 0: none)
 
     def plan(self, name: str) -> Plan:
         for p in self.plans:
@@ -70,21 +75,52 @@ class Episodes:
                           f"world (plans: {[p.name for p in self.plans]})")
 
 
-def make_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
+def episode_blocks(n: int, block: int) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` episode blocks of a protocol: ``ceil(n / block)`` blocks of near-equal size (sizes differ
+    by at most one; with ``block >= 3`` no block has fewer than 2 episodes when ``n >= 2``: the shuffled control
+    needs 2).
+
+    >>> episode_blocks(70, 32)
+    [(0, 23), (23, 46), (46, 70)]
+    """
+    k = -(-n // max(1, block))
+    edges = [n * i // k for i in range(k + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def draw_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
+    """Steps 1 of the protocol for all N episodes: ids, initial states and plans (no realized futures yet)."""
     n, H, seed = protocol.n_episodes, protocol.horizon, protocol.seed
     s0 = world.initial_states(n, make_rng(seed, world.name, "initial_states"))
     plans = world.plans(n, H, protocol.n_random_plans, make_rng(seed, world.name, "plans"))
+    return Episodes(ids=np.arange(n), s0=s0, plans=plans, realized={})
+
+
+def realize(world: World, protocol: ProtocolConfig, eps: Episodes, index: int, lo: int, hi: int) -> Episodes:
+    """Block ``index`` (episodes ``lo..hi - 1``) of ``eps`` with its realized futures (step 2)."""
+    seed, n = protocol.seed, protocol.n_episodes
+    key = () if index == 0 else ("block", index)
+    plans = [dataclasses.replace(p, actions=p.actions[lo:hi]) for p in eps.plans]
     branch = "branch" in capabilities(world)
     m = protocol.num_futures if world.stochastic and branch else 1
     realized = {}
     for p in plans:
         # A world that cannot branch starts each plan afresh from the same initial states (same seeds).
-        start = s0 if branch or p is plans[0] else world.initial_states(
-            n, make_rng(seed, world.name, "initial_states"))
+        start = eps.s0[lo:hi] if branch or p is plans[0] else world.initial_states(
+            n, make_rng(seed, world.name, "initial_states"))[lo:hi]
         realized[p.name] = np.stack(
-            [rollout_states(world, start, p.actions, make_rng(seed, world.name, "future", p.name, j))
+            [rollout_states(world, start, p.actions, make_rng(seed, world.name, "future", p.name, j, *key))
              for j in range(m)], axis=1)
-    return Episodes(ids=np.arange(n), s0=s0, plans=plans, realized=realized)
+    return Episodes(ids=eps.ids[lo:hi], s0=eps.s0[lo:hi], plans=plans, realized=realized, key=key)
+
+
+def make_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
+    """Steps 1-2 for all N episodes at once (every block's realized futures, concatenated)."""
+    eps = draw_episodes(world, protocol)
+    blocks = [realize(world, protocol, eps, i, lo, hi)
+              for i, (lo, hi) in enumerate(episode_blocks(protocol.n_episodes, protocol.episode_block))]
+    realized = {p.name: np.concatenate([b.realized[p.name] for b in blocks]) for p in eps.plans}
+    return dataclasses.replace(eps, realized=realized)
 
 
 def _metadata(world: World, wcfg: WorldConfig, protocol: ProtocolConfig, source: str,
@@ -119,7 +155,7 @@ def _predict(model: Any, name: str, world: World, regime: str, plan: Plan, histo
     horizon = actions.shape[1]
     if getattr(model, "precomputed", False):
         return model.load(regime, plan.name, eps.ids, protocol.horizon, samples,
-                          world.frame_shape, _state_dim(world))
+                          world.frame_shape, _state_dim(world), n_episodes=protocol.n_episodes)
     try:
         pred = model.predict(history, actions, samples, rng)
     except ModelOutputError:
@@ -159,7 +195,8 @@ def _teacher_forced(model: Any, name: str, world: World, protocol: ProtocolConfi
         hist = History(frames=real_frames[:, :t], states=observe(world, real[:, :t]), actions=p.actions[:, :t - 1],
                        world_states=real[:, :t])
         steps.append(_predict(model, name, world, "teacher_forced", p, hist, p.actions[:, t - 1:t],
-                              samples, make_rng(protocol.seed, world.name, "model", name, "teacher_forced", t),
+                              samples, make_rng(protocol.seed, world.name, "model", name, "teacher_forced", t,
+                                                *eps.key),
                               eps, protocol))
     frames = np.concatenate([_frames(world, s, name) for s in steps], axis=2)
     states = None if steps[0].states is None else np.concatenate([s.states for s in steps], axis=2)
@@ -190,8 +227,10 @@ def _log_prob(model: Any, name: str, world: World, h0: History, p: Plan, real: n
 
 
 def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: WorldConfig,
-                protocol: ProtocolConfig, eps: Episodes, progress: tqdm | None = None) -> pa.Table:
-    """All rows of one model on one world: open loop under every plan, then teacher forced."""
+                protocol: ProtocolConfig, eps: Episodes, progress: tqdm | None = None,
+                blocks: list[tuple[int, int]] | None = None) -> pa.Table:
+    """All rows of one model on one world (or on the block ``eps``, one of ``blocks``): open loop under every
+    plan, then teacher forced."""
     seed, H = protocol.seed, protocol.horizon
     samples = protocol.num_samples if getattr(model, "stochastic", False) else 1
     n = len(eps.ids)
@@ -201,7 +240,7 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
                  render=world.render, world_states=eps.s0[:, None])
     for p in eps.plans:
         pred = _predict(model, name, world, "open_loop", p, h0, p.actions, samples,
-                        make_rng(seed, world.name, "model", name, "open_loop", p.name), eps, protocol)
+                        make_rng(seed, world.name, "model", name, "open_loop", p.name, *eps.key), eps, protocol)
         frames = _frames(world, pred, name)
         tables.append(rollout_table(
             world=world.name, source=name, regime="open_loop", plan=p.name, condition=p.condition,
@@ -233,34 +272,35 @@ def model_table(model: Any, name: str, model_cfg: dict, world: World, wcfg: Worl
                                    f"not others; return {what} always or never")
     if progress is not None:
         progress.update()
-    if hasattr(model, "unread_files") and (unread := model.unread_files()):
-        shown = ", ".join(str(f.relative_to(model.path)) for f in unread[:5])
-        log.warning("model %r on world %r: %d file(s) in %s were not read (not a plan of this protocol): %s%s",
-                    name, world.name, len(unread), model.path, shown, ", ..." if len(unread) > 5 else "")
     meta = _metadata(world, wcfg, protocol, name, model_cfg, num_samples=samples,
                      stochastic=samples > 1 or bool(getattr(model, "stochastic", False)),
                      has_state=bool(has_state[0]), frames_rendered_from_states=bool(rendered[0]),
                      has_logp=logp is not None, state_dim=d,
-                     borrowed_episodes=([int(e) for e in model.borrowed_episodes(n)]
+                     borrowed_episodes=([int(lo + e) for lo, hi in (blocks or [(0, n)])
+                                         for e in model.borrowed_episodes(hi - lo)]
                                         if hasattr(model, "borrowed_episodes") else None))
     return with_metadata(pa.concat_tables(tables, promote_options="default"), meta)
 
 
 def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
-    """A lower bound on the bytes one world's rollouts hold at once: every source's stored frames (ground truth
-    and ``n_models`` models, each plan's N x max(K, M) x (H + 1) frames) plus one plan's float64 rendering, and
-    for a world that keeps snapshots (a Gymnasium world) its store of one uint8 frame per realized step."""
+    """A lower bound on the bytes one world's rollouts hold at once, for the largest block of episodes
+    (:func:`episode_blocks`) of ``n`` episodes: every source's stored frames of the block (ground truth and
+    ``n_models`` models, each plan's n x max(K, M) x (H + 1) frames) plus one plan's float64 rendering, and for a
+    world that keeps snapshots (a Gymnasium world) its store: one uint8 frame per realized step of the block, and
+    the initial frame of all N episodes; and what is drawn for all N at once (initial states and plans, float64)."""
     n_plans = (world.n_plans(protocol.n_random_plans) if hasattr(world, "n_plans") else
                len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size"))))
+    n = max(hi - lo for lo, hi in episode_blocks(protocol.n_episodes, protocol.episode_block))
     draws = max(protocol.num_samples, protocol.num_futures if world.stochastic else 1)
-    frames_per_plan = protocol.n_episodes * draws * (protocol.horizon + 1)
+    frames_per_plan = n * draws * (protocol.horizon + 1)
     pixels = int(np.prod(world.frame_shape))
     stored = (1 + n_models) * n_plans * frames_per_plan * pixels * (1 if protocol.frame_dtype == "uint8" else 4)
-    # The store: the shared start and each plan's realized steps, M futures of a stochastic world.
+    # The store: the initial states, and each plan's realized steps of the block, M futures of a stochastic world.
     futures = protocol.num_futures if world.stochastic else 1
-    snapshots = protocol.n_episodes * futures * (n_plans * protocol.horizon + 1) * pixels \
+    snapshots = (n * futures * n_plans * protocol.horizon + protocol.n_episodes) * pixels \
         if hasattr(world, "checkpoint") else 0
-    return stored + frames_per_plan * pixels * 8 + snapshots
+    drawn = protocol.n_episodes * (max(1, world.state_dim or 1) + n_plans * protocol.horizon * world.action_dim) * 8
+    return stored + frames_per_plan * pixels * 8 + snapshots + drawn
 
 
 def available_memory() -> int:
@@ -281,8 +321,9 @@ def check_memory(world: World, protocol: ProtocolConfig, n_models: int) -> None:
         raise ConfigError(
             f"params.yaml: protocol: the rollouts of world {world.name!r} need at least {need / 2**30:,.1f} GiB of "
             f"memory (n_episodes={protocol.n_episodes:,}, horizon={protocol.horizon}, K={protocol.num_samples}, "
-            f"frames {'x'.join(map(str, world.frame_shape))} {protocol.frame_dtype}, {1 + n_models} sources), "
-            f"and {have / 2**30:,.1f} GiB are available; lower protocol.n_episodes or horizon")
+            f"frames {'x'.join(map(str, world.frame_shape))} {protocol.frame_dtype}, {1 + n_models} sources, "
+            f"episode_block={protocol.episode_block}), and {have / 2**30:,.1f} GiB are available; lower "
+            "protocol.n_episodes, or protocol.episode_block (one block's frames are held at once)")
 
 
 def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:
@@ -290,28 +331,75 @@ def build_models(world: World, models_cfg: dict[str, dict]) -> dict[str, Any]:
     return {name: build_model(world.name, name, dict(cfg), world) for name, cfg in models_cfg.items()}
 
 
+def _warn_unread(model: Any, name: str, world: World) -> None:
+    if hasattr(model, "unread_files") and (unread := model.unread_files()):
+        shown = ", ".join(str(f.relative_to(model.path)) for f in unread[:5])
+        log.warning("model %r on world %r: %d file(s) in %s were not read (not a plan of this protocol): %s%s",
+                    name, world.name, len(unread), model.path, shown, ", ..." if len(unread) > 5 else "")
+
+
+def _check_block(first: dict[str, pa.Schema], source: str, table: pa.Table, world: World, lo: int, hi: int) -> None:
+    """A source's block must have the columns, types and metadata of its first block (one file is written)."""
+    if source not in first:
+        first[source] = table.schema
+        return
+    want = first[source]
+    if table.schema.equals(want, check_metadata=True):
+        return
+    if not table.schema.equals(want):
+        what = (f"columns {table.schema.names}, the first block's {want.names}" if table.schema.names != want.names
+                else "column types " + ", ".join(f"{f.name}: {f.type} (first block: {want.field(f.name).type})"
+                                                 for f in table.schema if f.type != want.field(f.name).type))
+    else:
+        a, b = (json.loads((schema.metadata or {}).get(METADATA_KEY, b"{}")) for schema in (table.schema, want))
+        what = "metadata " + ", ".join(f"{k}: {a.get(k)!r} (first block: {b.get(k)!r})"
+                                       for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+    raise ModelOutputError(f"{'the ground truth' if source == GROUND_TRUTH else f'model {source!r}'} on world "
+                           f"{world.name!r}: episodes {lo}..{hi - 1} give a table unlike that of the first block "
+                           f"of episodes: {what}; a model must return the same arrays for every batch of episodes")
+
+
 def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
                  progress: bool = True, *, world: World | None = None,
                  models: dict[str, Any] | None = None) -> Iterator[tuple[str, pa.Table]]:
-    """Every observation table of one world, one at a time: ``("ground_truth", table)``, then each model's.
+    """Every observation table of one world, one block of episodes at a time (:func:`episode_blocks`): for each
+    block ``("ground_truth", rows)``, then each model's ``(name, rows)``. A source's blocks have one schema and
+    one metadata (checked), so that they append to one file in order.
 
-    The stage writes each table as it comes, so that no more than one model's table is held at once."""
+    The stage writes each block as it comes, so that no more than one model's block is held at once."""
     world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
     models = models if models is not None else build_models(world, models_cfg)
     # A world that keeps snapshots (a Gymnasium world) adds one per step of every rollout, a model's too:
-    # each model's are dropped once its table is out, and the episodes' once every table is.
+    # each model's are dropped once its block is out, each block's once every model's is, and the initial
+    # states' at the end.
     start = world.checkpoint() if hasattr(world, "checkpoint") else None
-    eps = make_episodes(world, protocol)
+    eps = draw_episodes(world, protocol)
     eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))  # fail early on a bad plan name
-    yield GROUND_TRUTH, ground_truth_table(world, wcfg, protocol, eps)
-    mark = world.checkpoint() if start is not None else None
-    bar = tqdm(total=len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
+    drawn = world.checkpoint() if start is not None else None
+    blocks = episode_blocks(protocol.n_episodes, protocol.episode_block)
+    first: dict[str, pa.Schema] = {}
+    bar = tqdm(total=len(blocks) * len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name}",
                unit="rollout", disable=not progress)
     with bar:
-        for name, model in models.items():
-            yield name, model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, eps, bar)
-            if mark is not None:
-                world.rewind(mark)
+        for i, (lo, hi) in enumerate(blocks):
+            block = realize(world, protocol, eps, i, lo, hi)
+            table = ground_truth_table(world, wcfg, protocol, block)
+            _check_block(first, GROUND_TRUTH, table, world, lo, hi)
+            yield GROUND_TRUTH, table
+            del table
+            mark = world.checkpoint() if start is not None else None
+            for name, model in models.items():
+                table = model_table(model, name, dict(models_cfg[name]), world, wcfg, protocol, block, bar, blocks)
+                _check_block(first, name, table, world, lo, hi)
+                yield name, table
+                del table
+                if mark is not None:
+                    world.rewind(mark)
+            del block
+            if drawn is not None:
+                world.rewind(drawn)
+    for name, model in models.items():
+        _warn_unread(model, name, world)
     if start is not None:
         del eps
         world.rewind(start)
@@ -320,8 +408,11 @@ def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: Proto
 def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
               progress: bool = True, *, world: World | None = None,
               models: dict[str, Any] | None = None) -> dict[str, pa.Table]:
-    """Every observation table of one world: ``{"ground_truth": ..., model name: ...}``."""
-    return dict(world_tables(wcfg, models_cfg, protocol, progress, world=world, models=models))
+    """Every observation table of one world, whole: ``{"ground_truth": ..., model name: ...}``."""
+    parts: dict[str, list[pa.Table]] = {}
+    for source, table in world_tables(wcfg, models_cfg, protocol, progress, world=world, models=models):
+        parts.setdefault(source, []).append(table)
+    return {source: pa.concat_tables(tables) for source, tables in parts.items()}
 
 
 def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> None:

@@ -26,6 +26,7 @@ from .io import (
                  tensor_array,
                  tensor_numpy,
                  with_metadata,
+                 write_blocks,
                  write_table,
 )
 from .long import LONG_COLUMNS, long_rows
@@ -33,4 +34,4 @@ from .long import LONG_COLUMNS, long_rows
 __all__ = ["Block", "blocks", "column_numpy", "dense", "select", "KEY_COLUMNS", "METADATA_KEY", "REGIMES",
            "WINDOW_BYTES", "atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_frames", "encode_frames",
            "episode_windows", "read_episodes", "read_metadata", "read_table", "rollout_table", "shift_episodes",
-           "tensor_array", "tensor_numpy", "with_metadata", "write_table", "LONG_COLUMNS", "long_rows"]
+           "tensor_array", "tensor_numpy", "with_metadata", "write_blocks", "write_table", "LONG_COLUMNS", "long_rows"]

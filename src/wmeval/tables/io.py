@@ -37,7 +37,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -167,13 +167,39 @@ def row_group_rows(table: pa.Table) -> int | None:
     return max(1, ROW_GROUP_BYTES // per_row) if per_row else None
 
 
-def write_table(table: pa.Table, path: str | Path) -> None:
+@contextmanager
+def _naming(path: str | Path) -> Iterator[None]:
     try:
-        pq.write_table(table, path, compression="zstd", row_group_size=row_group_rows(table))
+        yield
     except OSError as e:
         if e.filename is None and e.errno is not None:  # Arrow's errors name no file: name it
             raise OSError(e.errno, os.strerror(e.errno), str(path)) from e
         raise
+
+
+def write_table(table: pa.Table, path: str | Path) -> None:
+    with _naming(path):
+        pq.write_table(table, path, compression="zstd", row_group_size=row_group_rows(table))
+
+
+def write_blocks(blocks: Iterable[tuple[str, pa.Table]], folder: str | Path) -> dict[str, int]:
+    """Write ``(name, table)`` blocks to ``folder/<name>.parquet``, each name's blocks appended in order to one
+    file (the blocks of a name must share one schema: the first block's, metadata included). Returns the rows
+    written per name."""
+    writers: dict[str, pq.ParquetWriter] = {}
+    rows: dict[str, int] = {}
+    try:
+        for name, table in blocks:
+            path = Path(folder) / f"{name}.parquet"
+            with _naming(path):
+                if name not in writers:
+                    writers[name] = pq.ParquetWriter(path, table.schema, compression="zstd")
+                writers[name].write_table(table, row_group_size=row_group_rows(table))
+            rows[name] = rows.get(name, 0) + table.num_rows
+    finally:
+        for w in writers.values():
+            w.close()
+    return rows
 
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
