@@ -204,10 +204,11 @@ def test_a_minari_dataset_goes_through_the_pipeline(tmp_path):
                            description="test recordings")
     finally:
         del os.environ["MINARI_DATASETS_PATH"]
-    proj = make_project(tmp_path / "proj", ["protocol=tiny", "dynamics=tiny"])
+    proj = make_project(tmp_path / "proj", ["protocol=tiny", "dynamics=tiny", "bootstrap=tiny"])
     run_checked(["wmeval", "dataset", "minari", "cartpole/pipeline-v0", "--out", "datasets/cartpole.parquet",
                  "--frame-height", "40", "--frame-width", "60"], proj, env)
-    run_checked(["wmeval", "compose", "protocol=tiny", "dynamics=tiny", "worlds=[dataset]", "models=[dataset]",
+    run_checked(["wmeval", "compose", "protocol=tiny", "dynamics=tiny", "bootstrap=tiny", "worlds=[dataset]",
+                 "models=[dataset]",
                  "worlds.dataset.params.path=datasets/cartpole.parquet"], proj, env)
     r = run_checked(["dvc", "repro"], proj, env, check=False)
     assert r.returncode != 0 and "worlds.dataset.params.path: the rollouts stage reads datasets/cartpole.parquet" \

@@ -183,8 +183,9 @@ def test_any_env_id_runs_by_override_alone(tmp_path, env_id, conditions, task):
 
     bin_ = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
-    proj = make_project(tmp_path / "proj", ["protocol=tiny", "dynamics=tiny"])
-    run_checked(["wmeval", "compose", "protocol=tiny", "dynamics=tiny", "worlds=[gymnasium]", "models=[gymnasium]",
+    proj = make_project(tmp_path / "proj", ["protocol=tiny", "dynamics=tiny", "bootstrap=tiny"])
+    run_checked(["wmeval", "compose", "protocol=tiny", "dynamics=tiny", "bootstrap=tiny", "worlds=[gymnasium]",
+                 "models=[gymnasium]",
                  f"worlds.gymnasium.params.env_id={env_id}"]
                 + ([f"worlds.gymnasium.params.control_tasks=[{{name:{task},cost:env_reward}}]"] if task else []),
                 proj, env)
