@@ -14,7 +14,7 @@ from wmeval.core.rng import make_rng
 from wmeval.models import Prediction
 from wmeval.models.imported import write_predictions
 from wmeval.rollouts import run_world
-from wmeval.rollouts.episodes import episode_blocks, make_episodes, world_tables
+from wmeval.rollouts.episodes import episode_blocks, largest_block, make_episodes, world_tables
 from wmeval.tables import METADATA_KEY, read_metadata, read_table, write_blocks
 from wmeval.worlds import build_world, rollout_states
 
@@ -58,6 +58,7 @@ def test_blocks_cover_every_episode_once_in_near_equal_blocks_of_two_or_more(n, 
     sizes = [h - lo for lo, h in b]
     assert max(sizes) <= block and max(sizes) - min(sizes) <= 1 and min(sizes) >= 2
     assert len(b) == -(-n // block)                      # as few blocks as the size allows
+    assert largest_block(n, block) == max(sizes)
 
 
 def test_a_deterministic_world_and_model_give_the_same_rows_in_any_blocks():

@@ -681,7 +681,7 @@ def test_each_models_snapshots_are_dropped_once_its_table_is_out():
 
 def test_the_snapshot_store_holds_one_block_of_episodes_at_a_time():
     """In blocks of 3, the store holds the N initial states and one block's rollouts: its peak does not grow
-    with N (12 episodes peak as 6 do, plus their initial frames), while one block of 12 holds twice the
+    with N (9 episodes peak as 6 do, plus their initial frames), while one block of 9 holds three blocks'
     rollouts; the tables of a deterministic env are the same rows in any blocks."""
     import dataclasses
 
@@ -691,7 +691,7 @@ def test_the_snapshot_store_holds_one_block_of_episodes_at_a_time():
 
     def peak(n, block):
         w, most, tables = cartpole(), 0, {}
-        proto = dataclasses.replace(PROTO, n_episodes=n, episode_block=block, num_futures=1)
+        proto = dataclasses.replace(PROTO, n_episodes=n, episode_block=block, num_futures=1, horizon=2)
         for name, table in world_tables(WorldConfig("cartpole", "gymnasium"), models, proto, False, world=w):
             most = max(most, len(w._store))
             tables.setdefault(name, []).append(table)
@@ -699,10 +699,10 @@ def test_the_snapshot_store_holds_one_block_of_episodes_at_a_time():
         return most, {k: pa.concat_tables(v).to_pandas().sort_values(["regime", "plan", "episode", "t"])
                       for k, v in tables.items()}
 
-    (six, _), (twelve, blocked), (one_block, whole) = peak(6, 3), peak(12, 3), peak(12, 12)
-    assert twelve - six == 6                                  # the 6 more initial states, nothing else
-    per_block = twelve - 12                                   # a block's rollouts (the rest: 12 initial states)
-    assert per_block > 0 and one_block == 12 + 4 * per_block  # 12 episodes at once: four blocks' worth
+    (six, _), (nine, blocked), (one_block, whole) = peak(6, 3), peak(9, 3), peak(9, 9)
+    assert nine - six == 3                                    # the 3 more initial states, nothing else
+    per_block = nine - 9                                      # a block's rollouts (the rest: 9 initial states)
+    assert per_block > 0 and one_block == 9 + 3 * per_block   # 9 episodes at once: three blocks' worth
     for name in whole:
         a, b = whole[name].reset_index(drop=True), blocked[name].reset_index(drop=True)
         np.testing.assert_array_equal(np.stack(a["frame"].to_numpy()), np.stack(b["frame"].to_numpy()))

@@ -88,6 +88,11 @@ def episode_blocks(n: int, block: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+def largest_block(n: int, block: int) -> int:
+    """The size of the largest of :func:`episode_blocks` ``(n, block)``, without listing them."""
+    return -(-n // -(-n // max(1, block))) if n > 0 else 0
+
+
 def draw_episodes(world: World, protocol: ProtocolConfig) -> Episodes:
     """Steps 1 of the protocol for all N episodes: ids, initial states and plans (no realized futures yet)."""
     n, H, seed = protocol.n_episodes, protocol.horizon, protocol.seed
@@ -290,7 +295,7 @@ def memory_needed(world: World, protocol: ProtocolConfig, n_models: int) -> int:
     the initial frame of all N episodes; and what is drawn for all N at once (initial states and plans, float64)."""
     n_plans = (world.n_plans(protocol.n_random_plans) if hasattr(world, "n_plans") else
                len(world.plans(1, protocol.horizon, protocol.n_random_plans, make_rng(protocol.seed, "size"))))
-    n = max(hi - lo for lo, hi in episode_blocks(protocol.n_episodes, protocol.episode_block))
+    n = largest_block(protocol.n_episodes, protocol.episode_block)
     draws = max(protocol.num_samples, protocol.num_futures if world.stochastic else 1)
     frames_per_plan = n * draws * (protocol.horizon + 1)
     pixels = int(np.prod(world.frame_shape))
