@@ -14,7 +14,12 @@ from wmeval.core.rng import make_rng
 from wmeval.models import Prediction
 from wmeval.models.imported import write_predictions
 from wmeval.rollouts import run_world
-from wmeval.rollouts.episodes import episode_blocks, largest_block, make_episodes, world_tables
+from wmeval.rollouts.episodes import (
+    episode_blocks,
+    largest_block,
+    make_episodes,
+    world_tables,
+)
 from wmeval.tables import METADATA_KEY, read_metadata, read_table, write_blocks
 from wmeval.worlds import build_world, rollout_states
 
@@ -151,9 +156,15 @@ def test_a_model_that_changes_its_output_between_blocks_is_refused():
         run_world(PEND, {"m": {"_target_": "test_blocks.StatesSometimes"}}, blocked(PROTO, 3), progress=False)
 
 
-def test_imported_predictions_are_read_block_by_block(tmp_path):
-    """An imported model's files hold all N episodes; each block reads its own, and a file missing an episode of
-    a later block is refused naming it."""
+def test_imported_predictions_are_read_block_by_block(tmp_path, monkeypatch):
+    """An imported model's files hold all N episodes; each block checks and converts only its own (never all N),
+    and a file missing an episode of a later block is refused naming it."""
+    from wmeval.models import imported as imported_module
+
+    checked = []
+    real_check = imported_module.check_frames
+    monkeypatch.setattr(imported_module, "check_frames",
+                        lambda a, shape, where: checked.append(len(a)) or real_check(a, shape, where))
     models = {"sharp-A": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "sharp-A"}}
     proto = blocked(PROTO, 3)
     t = run_world(BLOBS, models, proto, progress=False)["sharp-A"].to_pandas()
@@ -168,6 +179,7 @@ def test_imported_predictions_are_read_block_by_block(tmp_path):
     got = run_world(BLOBS, imported, proto, progress=False)["imp"]
     a, b = rows(got), t.sort_values(["regime", "plan", "episode", "sample", "t"]).reset_index(drop=True)
     np.testing.assert_array_equal(np.stack(a["frame"].to_numpy()), np.stack(b["frame"].to_numpy()))
+    assert checked and set(checked) <= {2, 3}                     # blocks of 2, 2 and 3 episodes
     arrays[next(iter(arrays))] = {"episode": np.arange(6), "frames": arrays[next(iter(arrays))]["frames"][1:]}
     write_predictions(tmp_path / "short", "blobs", 3, False, arrays)
     imported = {"imp": {"_target_": "wmeval.models.ImportedModel", "path": str(tmp_path / "short")}}

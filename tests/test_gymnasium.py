@@ -108,6 +108,31 @@ def test_a_world_without_snapshots_runs_each_plan_from_a_fresh_reset():
                   PROTO, progress=False, world=w)
 
 
+def test_a_world_without_snapshots_restarts_only_its_blocks_episodes():
+    """In blocks, each plan after the first starts from new envs of the block's own starts (same seeds, the same
+    frames): N x P environments in all, not N per block per plan; the tables are those of one block."""
+    import dataclasses
+
+    made = []
+
+    def counting(world):
+        fresh = world._fresh_env
+        world._fresh_env = lambda: made.append(1) or fresh()
+        return world
+
+    proto = dataclasses.replace(PROTO, n_episodes=7, episode_block=3, horizon=2)
+    models = {"p": {"_target_": "wmeval.models.PersistenceModel"}}
+    w = counting(cartpole(branch="none"))
+    blocked = run_world(WorldConfig("cartpole", "gymnasium"), models, proto, progress=False, world=w)
+    n_plans = len(w.plans(1, 2, PROTO.n_random_plans, np.random.default_rng(0)))
+    assert len(made) == 7 * n_plans
+    whole = run_world(WorldConfig("cartpole", "gymnasium"), models, dataclasses.replace(proto, episode_block=7),
+                      progress=False, world=cartpole(branch="none"))
+    for name in whole:
+        a, b = (t.to_pandas().sort_values(["plan", "episode", "t"]) for t in (whole[name], blocked[name]))
+        np.testing.assert_array_equal(np.stack(a["frame"].to_numpy()), np.stack(b["frame"].to_numpy()))
+
+
 def test_bad_params_are_named():
     for kw, words in [({"env_id": "NoSuchEnv-v0"}, r"gymnasium.make\('NoSuchEnv-v0'"),
                       ({"frame_height": 4}, "frame_height must be an integer >= 8"),

@@ -131,7 +131,11 @@ class ImportedModel:
                         f"{f}: array {key!r} has horizon {arr.shape[2]} (axis 2), protocol.horizon = {horizon}")
                 if event is None:
                     raise ModelOutputError(f"{f}: array {key!r} given, but the world has no {key}")
-                out[key] = check(arr, (len(ep), s, horizon, *event), f"{f}: array {key!r}")[order]
+                if arr.ndim < 1 or arr.shape[0] != len(ep):
+                    raise ModelOutputError(f"{f}: array {key!r} has shape {arr.shape}; expected one entry per id of "
+                                           f"array 'episode' ({len(ep)}) on axis 0")
+                # Only the requested episodes (one block) are checked and converted.
+                out[key] = check(arr[order], (len(episodes), s, horizon, *event), f"{f}: array {key!r}")
             if out["frames"] is None and (self.path / regime / plan).is_dir():
                 if frame_shape is None:
                     raise ModelOutputError(f"{self.path / regime / plan}: videos given, but the world has no frames")

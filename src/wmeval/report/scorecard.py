@@ -755,7 +755,10 @@ def _protocol_section(v: WorldView) -> None:
     """The world's protocol, in words."""
     doc, world, wp = v.doc, v.world, v.wp
     doc.h(3, f"Protocol: {world}")
-    lines = [f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}), "
+    block = wp.get("episode_block")
+    blocks = ("" if block is None else "; rolled out in one block" if wp["n_episodes"] <= block else
+              f"; rolled out in blocks of at most {block} episodes, each with its own random streams")
+    lines = [f"- observation episodes N = {wp['n_episodes']} (initial states: {wp['initial_states']}{blocks}), "
              f"horizon H = {wp['horizon']}",
              "- plans: " + ", ".join(f"`{p}` (condition `{c}`)" for p, c in wp["plans"].items())
              + "; open-loop values weight plans equally, steps averaged within a plan",

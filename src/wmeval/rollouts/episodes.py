@@ -110,9 +110,14 @@ def realize(world: World, protocol: ProtocolConfig, eps: Episodes, index: int, l
     m = protocol.num_futures if world.stochastic and branch else 1
     realized = {}
     for p in plans:
-        # A world that cannot branch starts each plan afresh from the same initial states (same seeds).
-        start = eps.s0[lo:hi] if branch or p is plans[0] else world.initial_states(
-            n, make_rng(seed, world.name, "initial_states"))[lo:hi]
+        # A world that cannot branch starts each plan afresh from the same initial states: new handles of the
+        # block's starts where the world can make them, else all N drawn again (same seeds) and the block's kept.
+        if branch or p is plans[0]:
+            start = eps.s0[lo:hi]
+        elif hasattr(world, "restart"):
+            start = world.restart(eps.s0[lo:hi])
+        else:
+            start = world.initial_states(n, make_rng(seed, world.name, "initial_states"))[lo:hi]
         realized[p.name] = np.stack(
             [rollout_states(world, start, p.actions, make_rng(seed, world.name, "future", p.name, j, *key))
              for j in range(m)], axis=1)
@@ -445,7 +450,8 @@ def export_episodes(wcfg: WorldConfig, protocol: ProtocolConfig, out: Path) -> N
     np.savez_compressed(out / "teacher_forced.npz", frames=world.render(real),
                         **({} if states is None else {"states": states}))
     (out / "protocol.json").write_text(json.dumps({
-        "world": world.name, "horizon": protocol.horizon, "num_samples": protocol.num_samples,
+        "world": world.name, "n_episodes": protocol.n_episodes, "seed": protocol.seed,
+        "episode_block": protocol.episode_block, "horizon": protocol.horizon, "num_samples": protocol.num_samples,
         "teacher_forced_plan": tf.name, "plans": {p.name: p.condition for p in eps.plans},
         "frame_shape": list(world.frame_shape), "state_dim": world.state_dim,
         "action_dim": world.action_dim, "world_description": world.describe(),

@@ -159,7 +159,7 @@ def _world_record(params: Params, w: World, frame_shape: list[int], gt_meta: dic
     """The world's protocol: what was compared, with how many samples (the report's protocol cards)."""
     H, N, dyn = params.protocol.horizon, params.protocol.n_episodes, dyn_meta["dynamics"]
     return {
-        "n_episodes": N, "horizon": H, "plans": gt_meta["plans"],
+        "n_episodes": N, "episode_block": params.protocol.episode_block, "horizon": H, "plans": gt_meta["plans"],
         "teacher_forced_plan": teacher_forced_plan(w, params.protocol.teacher_forced_plan),
         "num_futures": gt_meta["num_futures"], "models": models, "models_with_state": with_state,
         "frame_shape": frame_shape, "frame_dtype": gt_meta["frame_dtype"],

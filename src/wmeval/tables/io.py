@@ -196,6 +196,7 @@ def write_blocks(blocks: Iterable[tuple[str, pa.Table]], folder: str | Path) -> 
                     writers[name] = pq.ParquetWriter(path, table.schema, compression="zstd")
                 writers[name].write_table(table, row_group_size=row_group_rows(table))
             rows[name] = rows.get(name, 0) + table.num_rows
+            del table                   # held no longer than its write: the next block is built meanwhile
     finally:
         for w in writers.values():
             w.close()

@@ -449,20 +449,29 @@ class GymnasiumWorld(ExternalWorld):
 
     # ------------------------------------------------------------------ the World protocol
 
+    def _start(self, seed: int) -> float:
+        """A new snapshot handle of the start of episode seed ``seed``: reset, then ``start_steps`` seeded steps."""
+        env = self._fresh_env()
+        obs, _ = env.reset(seed=seed)
+        act_rng = np.random.default_rng(seed)
+        done = False
+        for _ in range(self.start_steps):
+            if done:
+                break
+            obs, _, term, trunc, _ = env.unwrapped.step(self._env_action(self.sample_actions(act_rng, ())))
+            done = bool(term)
+        return self._add(env, obs, 0.0, done, seed)
+
+    def restart(self, states: np.ndarray) -> np.ndarray:
+        """Fresh handles of the same initial states (a world that cannot branch steps each live env once:
+        another plan from the same starts needs new ones)."""
+        handles = np.asarray(states)[..., 0].astype(np.int64)
+        return np.array([[self._start(self._store[int(h)].seed)] for h in handles.ravel()]).reshape(
+            *handles.shape, 1)
+
     def initial_states(self, n: int, rng: np.random.Generator) -> np.ndarray:
         seeds = rng.integers(0, 2**31 - 1, size=n)
-        out = np.empty((n, 1))
-        for i, seed in enumerate(seeds):
-            env = self._fresh_env()
-            obs, _ = env.reset(seed=int(seed))
-            act_rng = np.random.default_rng(int(seed))
-            done = False
-            for _ in range(self.start_steps):
-                if done:
-                    break
-                obs, _, term, trunc, _ = env.unwrapped.step(self._env_action(self.sample_actions(act_rng, ())))
-                done = bool(term)
-            out[i, 0] = self._add(env, obs, 0.0, done, int(seed))
+        out = np.array([[self._start(int(seed))] for seed in seeds]).reshape(n, 1)
         first = [self._store[int(h)].frame for h in out[:, 0]]
         if n > 1 and all(np.array_equal(first[0], f) for f in first[1:]):
             log.warning("world %r (%s): all %d episodes start from the same frame (reset(seed) does not vary this "
