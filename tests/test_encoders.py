@@ -210,3 +210,32 @@ def read_metadata_of(table):
     import json
 
     return json.loads(table.schema.metadata[b"wmeval"])
+
+
+def test_reduced_precision_is_opt_in_recorded_and_keyed(inception_ckpt):
+    """bf16 runs the network in bfloat16 (close to fp32, not equal: a bf16 mantissa holds 8 bits), the protocol
+    records it, and the cache key separates it from fp32, whose key is unchanged (no precision field)."""
+    import dataclasses
+
+    d, path, _ = inception_ckpt
+    frames = np.random.default_rng(1).random((6, 64, 64, 3), dtype=np.float32)
+    for cfg in (EncoderConfig("rc", "random_conv", False, {}, "cpu", 4),
+                _cfg("inception_fid", d, weights_sha256=file_sha256(path))):
+        fp32, bf16 = build_encoder(cfg), build_encoder(dataclasses.replace(cfg, precision="bf16"))
+        a, b = fp32(frames), bf16(frames)
+        rel = np.linalg.norm(b - a, axis=1) / np.linalg.norm(a, axis=1)
+        assert 1e-5 < rel.max() < 0.1, (cfg.kind, rel)                # rounded, by about bf16's precision
+        assert (fp32.protocol()["precision"], bf16.protocol()["precision"]) == ("fp32", "bf16")
+        assert "precision" not in fp32.cache_identity() and bf16.cache_identity()["precision"] == "bf16"
+        assert fp32.cache_identity() == {k: v for k, v in bf16.cache_identity().items() if k != "precision"}
+
+
+def test_precision_that_the_encoder_or_device_cannot_run_is_refused():
+    with pytest.raises(ConfigError, match="the pixel encoder has no network"):
+        build_encoder(EncoderConfig("px", "pixel", False, {}, "cpu", 4, precision="bf16"))
+    with pytest.raises(ConfigError, match="'tf32' is a CUDA tensor-core mode, but the encoder runs on 'cpu'"):
+        build_encoder(EncoderConfig("rc", "random_conv", False, {}, "cpu", 4, precision="tf32"))
+    from wmeval.core.config import parse_section
+    with pytest.raises(ConfigError, match="precision"):
+        parse_section(EncoderConfig, {"name": "rc", "kind": "random_conv", "comparable_to_published": False,
+                                      "precision": "fp16"}, "params.yaml: encoder")

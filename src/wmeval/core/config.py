@@ -91,6 +91,10 @@ class EncoderConfig:
         batch_size: images (or clips) per forward pass.
         weights_dir: where weights files live (default ``$WMEVAL_WEIGHTS_DIR`` or the user cache).
         cache_dir: the shared embedding cache (default ``$WMEVAL_CACHE_DIR`` or the user cache).
+        precision: the network's arithmetic: ``fp32`` (the default, exact reference), ``bf16`` (autocast to
+            bfloat16, on a CPU with AVX512-BF16/AMX or a GPU) or ``tf32`` (TensorFloat-32 matmuls and convolutions,
+            CUDA only). Opt-in: it changes the embeddings (``benchmarks/encoder_precision.py`` measures by how
+            much), is part of the cache key, and the protocol card records it.
     """
 
     name: str
@@ -101,6 +105,7 @@ class EncoderConfig:
     batch_size: int = 64
     weights_dir: str | None = None
     cache_dir: str | None = None
+    precision: Literal["fp32", "bf16", "tf32"] = "fp32"
 
 
 @dataclass(frozen=True)

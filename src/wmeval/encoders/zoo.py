@@ -48,6 +48,7 @@ class Encoder:
     clip: dict[str, Any] | None = None   # video encoders: length, stride, frames taken
     returns: str = "features"
     device: str = "cpu"
+    precision: str = "fp32"
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self.fn(batch)
@@ -55,12 +56,14 @@ class Encoder:
     def protocol(self) -> dict[str, Any]:
         return {"encoder": self.name, "kind": self.kind, "dim": self.dim, "preprocessing": self.preprocessing,
                 "weights_sha256": self.weights_sha256, "clip": self.clip, "returns": self.returns,
-                "comparable_to_published": self.comparable_to_published}
+                "comparable_to_published": self.comparable_to_published, "precision": self.precision}
 
     def cache_identity(self) -> dict[str, Any]:
-        """Everything that changes the embeddings (the cache key); not the device or batch size."""
+        """Everything that changes the embeddings (the cache key); not the device or batch size. The precision
+        is in it when it is not ``fp32`` (fp32 keys are those of the embeddings made before precision existed)."""
         p = self.protocol()
-        return {k: p[k] for k in ("encoder", "kind", "dim", "preprocessing", "weights_sha256", "clip", "returns")}
+        keys = ("encoder", "kind", "dim", "preprocessing", "weights_sha256", "clip", "returns")
+        return {k: p[k] for k in keys} | ({} if self.precision == "fp32" else {"precision": self.precision})
 
 
 def _device(cfg: EncoderConfig) -> str:
@@ -71,6 +74,51 @@ def _device(cfg: EncoderConfig) -> str:
     if cfg.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return cfg.device
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def precision_context(precision: str, device: str):
+    """A context in which a network's forward pass runs at ``precision`` (``fp32``: unchanged)."""
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    if precision == "tf32":
+        return _tf32()
+    raise ConfigError(f"params.yaml: encoder.precision = {precision!r}; choose fp32, bf16 or tf32")
+
+
+@contextlib.contextmanager
+def _tf32():
+    import torch
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def _precision(cfg: EncoderConfig, device: str) -> str:
+    """The encoder's precision, checked against its device."""
+    if cfg.precision == "tf32" and not device.startswith("cuda"):
+        raise ConfigError(f"params.yaml: encoder.precision = 'tf32' is a CUDA tensor-core mode, but the encoder runs "
+                          f"on {device!r}; use bf16 on a CPU")
+    if cfg.precision == "bf16" and device == "cpu" and not cpu_has_bf16():
+        log.warning("encoder %r: bf16 on a CPU without AVX512-BF16/AMX is emulated and usually slower than fp32 "
+                    "(benchmarks/encoder_precision.py measures it)", cfg.name)
+    return cfg.precision
 
 
 def _params(cfg: EncoderConfig, allowed: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +141,8 @@ def _to_rgb_nchw(frames: np.ndarray, device: str):
     return x.contiguous(memory_format=torch.channels_last)
 
 
-def _torch_fn(net, prep: Callable, device: str, batch_size: int) -> Callable[[np.ndarray], np.ndarray]:
+def _torch_fn(net, prep: Callable, device: str, batch_size: int,
+              precision: str = "fp32") -> Callable[[np.ndarray], np.ndarray]:
     import torch
 
     if isinstance(net, torch.nn.Module):
@@ -104,7 +153,7 @@ def _torch_fn(net, prep: Callable, device: str, batch_size: int) -> Callable[[np
 
     def fn(batch: np.ndarray) -> np.ndarray:
         out = []
-        with torch.inference_mode():
+        with torch.inference_mode(), precision_context(precision, device):
             for i in range(0, len(batch), batch_size):
                 out.append(net(prep(batch[i:i + batch_size])).float().cpu().numpy())
         return np.concatenate(out) if out else np.empty((0, 0), np.float32)
@@ -248,6 +297,7 @@ def _random_conv(cfg: EncoderConfig) -> Encoder:
 
     p = _params(cfg, {"resolution": 64, "width": 32, "seed": 0})
     device = _device(cfg)
+    precision = _precision(cfg, device)
     net = random_conv_net(p["width"], p["seed"])
 
     def prep(frames: np.ndarray):
@@ -260,7 +310,8 @@ def _random_conv(cfg: EncoderConfig) -> Encoder:
                     "value_range": [-1.0, 1.0], "normalization": "2x - 1",
                     "grayscale_to_rgb": "repeat channel", "init": f"seeded normal (He), seed {p['seed']}",
                     "width": p["width"]},
-                   cfg.comparable_to_published, _torch_fn(net, prep, device, cfg.batch_size), device=device)
+                   cfg.comparable_to_published, _torch_fn(net, prep, device, cfg.batch_size, precision), device=device,
+                   precision=precision)
 
 
 def _inception_fid(cfg: EncoderConfig) -> Encoder:
@@ -269,6 +320,7 @@ def _inception_fid(cfg: EncoderConfig) -> Encoder:
     spec = spec_for("inception_fid", p["weights_file"], p["weights_sha256"])
     path, sha = require(spec, weights_dir(cfg.weights_dir))
     device = _device(cfg)
+    precision = _precision(cfg, device)
     inception = fid_inception(path).eval()
     net = _FidPool3(fold_batchnorm(inception) if p["fold_batchnorm"] else inception)
     return Encoder(cfg.name, "inception_fid", 2048,
@@ -278,8 +330,8 @@ def _inception_fid(cfg: EncoderConfig) -> Encoder:
                     "batchnorm_folded": bool(p["fold_batchnorm"]),
                     "weights_file": spec.filename},
                    cfg.comparable_to_published,
-                   _torch_fn(net, lambda f: _to_rgb_nchw(f, device), device, cfg.batch_size),
-                   weights_sha256=sha, device=device)
+                   _torch_fn(net, lambda f: _to_rgb_nchw(f, device), device, cfg.batch_size, precision),
+                   weights_sha256=sha, device=device, precision=precision)
 
 
 def _i3d(cfg: EncoderConfig) -> Encoder:
@@ -291,6 +343,7 @@ def _i3d(cfg: EncoderConfig) -> Encoder:
     spec = spec_for("i3d", p["weights_file"], p["weights_sha256"])
     path, sha = require(spec, weights_dir(cfg.weights_dir))
     device = _device(cfg)
+    precision = _precision(cfg, device)
     net = torch.jit.load(str(path), map_location=device).eval()
     size = p["resolution"]
 
@@ -298,7 +351,7 @@ def _i3d(cfg: EncoderConfig) -> Encoder:
         import torch.nn.functional as F
 
         out = []
-        with torch.inference_mode():
+        with torch.inference_mode(), precision_context(precision, device):
             for i in range(0, len(clips), cfg.batch_size):
                 c = clips[i:i + cfg.batch_size]                       # (B, T, H, W, C) in [0, 1]
                 b, t = c.shape[:2]
@@ -318,7 +371,8 @@ def _i3d(cfg: EncoderConfig) -> Encoder:
                    cfg.comparable_to_published, fn, weights_sha256=sha,
                    clip={"length": p["clip_length"], "frame_stride": p["frame_stride"],
                          "clips": "one per sequence, from step 1"},
-                   returns="400-d pre-softmax logits (Kinetics-400), as StyleGAN-V's FVD", device=device)
+                   returns="400-d pre-softmax logits (Kinetics-400), as StyleGAN-V's FVD", device=device,
+                   precision=precision)
 
 
 #: Encoder kinds (``encoder.kind``) and their builders.
@@ -330,4 +384,7 @@ def build_encoder(cfg: EncoderConfig) -> Encoder:
     if cfg.kind not in ENCODER_KINDS:
         raise ConfigError(f"params.yaml: encoder.kind = {cfg.kind!r} is not a known encoder; choose one of "
                           f"{list(ENCODER_KINDS)}")
+    if cfg.kind == "pixel" and cfg.precision != "fp32":
+        raise ConfigError(f"params.yaml: encoder.precision = {cfg.precision!r}, but the pixel encoder has no "
+                          "network to run at another precision; use fp32")
     return ENCODER_KINDS[cfg.kind](cfg)

@@ -138,6 +138,9 @@ def _encoder(c: CardContext) -> dict[str, str]:
     return {"encoder": f"{enc['encoder']} ({enc['kind']}, {enc.get('returns', 'features')})",
             "weights sha256": enc.get("weights_sha256") or "none: a weight-free encoder",
             "preprocessing": _short(enc.get("preprocessing", {})),
+            "precision": {"fp32": "fp32 (the reference)", "bf16": "bf16 autocast (opt-in; embeddings rounded)",
+                          "tf32": "TF32 matmuls and convolutions (opt-in, CUDA)"}.get(
+                              enc.get("precision", "fp32"), str(enc.get("precision"))),
             "clip length and frame rate": (f"{_short(enc['clip'])} at {enc.get('frame_rate')} fps"
                                            if enc.get("clip") else "single frames (no clip)"),
             "comparability": ("comparable to published FID/FVD numbers with the same preprocessing"
