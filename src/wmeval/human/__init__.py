@@ -1,5 +1,14 @@
-"""Human judgments: agreement between raters (the study kit builds on it)."""
+"""Human judgments: agreement between raters, and the statistics of paired-comparison studies."""
 
 from .agreement import LEVELS, krippendorff_alpha
+from .pairwise import (
+    ExclusionRules,
+    apply_exclusions,
+    bradley_terry,
+    check_judgments,
+    crossed_bootstrap,
+    win_rates,
+)
 
-__all__ = ["LEVELS", "krippendorff_alpha"]
+__all__ = ["LEVELS", "krippendorff_alpha", "ExclusionRules", "apply_exclusions", "bradley_terry",
+           "check_judgments", "crossed_bootstrap", "win_rates"]

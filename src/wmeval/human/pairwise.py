@@ -1,0 +1,190 @@
+"""Paired-comparison judgments: exclusions, win rates, Bradley-Terry scores, and intervals that resample
+trajectories and raters crossed.
+
+A *judgment* is one rater's choice between two candidates (models, the realized future, controls) shown
+for one trajectory (the episode whose context the trial shows) under one question (``realism`` or
+``consistency``). Judgments come as a table with the columns
+
+==============  ==================================================================================
+rater           the rater's id
+trajectory      the episode (context) the trial showed: the unit the results generalize over,
+                with the raters
+question        ``realism``, ``consistency``, ... (analyse one question at a time)
+left, right     the two candidates shown (names; their screen positions are the study's business)
+choice          the name of the chosen candidate (one of ``left`` and ``right``)
+response_ms     optional: the time to answer, for the too-fast rule
+attention_check optional: True on a check trial (a realized future against a corrupted one)
+expected        optional: the correct choice of a check trial
+==============  ==================================================================================
+
+Bradley-Terry scores are fitted with the ``choix`` package (Maystre & Grossglauser's iterative Luce
+spectral ranking, the field's implementation); the rest is written here because no library resamples
+two crossed random factors. The crossed bootstrap (Owen 2007, "The pigeonhole bootstrap") resamples
+trajectories and raters independently with replacement; a judgment then counts ``m_t * m_r`` times, the
+product of its trajectory's and its rater's multiplicities. Its intervals generalize over both new
+trajectories and new raters; resampling one factor alone is too narrow when the other varies (a rater's
+taste, a trajectory's difficulty), which the tests show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+REQUIRED = ("rater", "trajectory", "left", "right", "choice")
+
+
+def check_judgments(judgments: pd.DataFrame, where: str = "judgments") -> pd.DataFrame:
+    """The judgments, checked: the required columns are there and every choice is one of its trial's two
+    candidates (else a ``ValueError`` naming the row and the value)."""
+    missing = [c for c in REQUIRED if c not in judgments.columns]
+    if missing:
+        raise ValueError(f"{where}: columns {missing} are missing (have {list(judgments.columns)})")
+    df = judgments.reset_index(drop=True)
+    for c in REQUIRED:
+        if df[c].isna().any():
+            row = int(np.flatnonzero(df[c].isna().to_numpy())[0])
+            raise ValueError(f"{where}: row {row}: column {c!r} is empty")
+    bad = (df["choice"] != df["left"]) & (df["choice"] != df["right"])
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{where}: row {row}: choice {df.at[row, 'choice']!r} is neither candidate shown "
+                         f"({df.at[row, 'left']!r}, {df.at[row, 'right']!r})")
+    same = df["left"] == df["right"]
+    if same.any():
+        row = int(np.flatnonzero(same.to_numpy())[0])
+        raise ValueError(f"{where}: row {row}: both candidates are {df.at[row, 'left']!r}")
+    return df
+
+
+@dataclass(frozen=True)
+class ExclusionRules:
+    """Declared exclusion rules (a study's config).
+
+    Attributes:
+        max_failed_checks: a rater who fails more attention checks than this is excluded entirely.
+        min_response_ms: answers faster than this are excluded (``None``: no rule).
+    """
+
+    max_failed_checks: int = 0
+    min_response_ms: float | None = None
+
+
+def apply_exclusions(judgments: pd.DataFrame, rules: ExclusionRules) -> tuple[pd.DataFrame, dict]:
+    """``(kept judgments, report)``: attention-check trials leave the analysis (they compare no candidates),
+    raters over ``rules.max_failed_checks`` failed checks are excluded with all their answers, then answers
+    under ``rules.min_response_ms``. The report counts each, and ``kept + excluded == total``: nothing is
+    dropped silently."""
+    df = check_judgments(judgments)
+    total = len(df)
+    checks = df["attention_check"].fillna(False).astype(bool) if "attention_check" in df else pd.Series(False,
+                                                                                                          df.index)
+    if checks.any() and "expected" not in df:
+        raise ValueError("judgments: attention checks need the column 'expected' (the correct choice)")
+    failed = (df.loc[checks, "choice"] != df.loc[checks, "expected"]).groupby(df.loc[checks, "rater"]).sum()
+    excluded_raters = sorted(failed[failed > rules.max_failed_checks].index.tolist())
+    by_rater = df["rater"].isin(excluded_raters)
+    fast = pd.Series(False, df.index)
+    if rules.min_response_ms is not None:
+        if "response_ms" not in df:
+            raise ValueError("judgments: the min_response_ms rule needs the column 'response_ms'")
+        fast = df["response_ms"] < rules.min_response_ms
+    kept = df[~checks & ~by_rater & ~fast]
+    report = {"total": total, "attention_check_trials": int(checks.sum()),
+              "raters_excluded": excluded_raters,
+              "judgments_of_excluded_raters": int((~checks & by_rater).sum()),
+              "judgments_too_fast": int((~checks & ~by_rater & fast).sum()), "kept": len(kept),
+              "rules": {"max_failed_checks": rules.max_failed_checks, "min_response_ms": rules.min_response_ms}}
+    assert report["kept"] + report["attention_check_trials"] + report["judgments_of_excluded_raters"] \
+        + report["judgments_too_fast"] == total
+    return kept.reset_index(drop=True), report
+
+
+def _candidates(df: pd.DataFrame, candidates: list[str] | None) -> list[str]:
+    seen = sorted(set(df["left"]) | set(df["right"]))
+    if candidates is None:
+        return seen
+    unknown = sorted(set(seen) - set(candidates))
+    if unknown:
+        raise ValueError(f"judgments: candidates {unknown} are not among {candidates}")
+    return list(candidates)
+
+
+def win_rates(judgments: pd.DataFrame, candidates: list[str] | None = None,
+              weights: np.ndarray | None = None) -> pd.Series:
+    """Per candidate, the share of its comparisons it won (weighted by ``weights``, one per judgment)."""
+    df = check_judgments(judgments)
+    names = _candidates(df, candidates)
+    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+
+    def count(col: str) -> np.ndarray:
+        return np.bincount(pd.Categorical(df[col], categories=names).codes, weights=w, minlength=len(names))
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.Series(count("choice") / (count("left") + count("right")), index=names, name="win_rate")
+
+
+def bradley_terry(judgments: pd.DataFrame, candidates: list[str] | None = None,
+                  weights: np.ndarray | None = None, alpha: float = 0.01) -> pd.Series:
+    """Bradley-Terry log-strengths per candidate (mean 0; P(i beats j) = 1 / (1 + exp(s_j - s_i))), fitted by
+    ``choix.ilsr_pairwise`` on the (winner, loser) pairs, each repeated its integer weight. ``alpha`` is
+    choix's regularization, which keeps the scores finite when a candidate never wins or never loses."""
+    import choix
+
+    df = check_judgments(judgments)
+    names = _candidates(df, candidates)
+    index = {n: i for i, n in enumerate(names)}
+    loser = np.where(df["choice"] == df["left"], df["right"], df["left"])
+    pairs = np.stack([df["choice"].map(index).to_numpy(), pd.Series(loser).map(index).to_numpy()], axis=1)
+    if weights is not None:
+        w = np.asarray(weights)
+        if np.any(w != np.round(w)) or np.any(w < 0):
+            raise ValueError("bradley_terry: weights must be non-negative integers (multiplicities)")
+        pairs = np.repeat(pairs, w.astype(np.int64), axis=0)
+    scores = choix.ilsr_pairwise(len(names), [tuple(p) for p in pairs.tolist()], alpha=alpha)
+    return pd.Series(scores - scores.mean(), index=names, name="bradley_terry")
+
+
+def crossed_bootstrap(judgments: pd.DataFrame,
+                      statistic: Callable[[pd.DataFrame, np.ndarray], pd.Series], *,
+                      n_resamples: int = 2000, confidence_level: float = 0.95, seed: int = 0,
+                      factors: tuple[str, ...] = ("trajectory", "rater")) -> pd.DataFrame:
+    """Percentile intervals of ``statistic(judgments, weights)`` (a Series) resampling ``factors`` crossed.
+
+    Each factor's levels are drawn with replacement, independently; a judgment's weight is the product of
+    its levels' multiplicities (integers). ``factors=("trajectory",)`` resamples trajectories alone (for
+    comparison: too narrow when raters differ). Returns ``point, low, high`` per entry of the statistic, with
+    the factors and their level counts in ``attrs``.
+
+    Raises:
+        ValueError: a factor with fewer than 2 levels (the interval would have zero width).
+    """
+    df = check_judgments(judgments)
+    codes = {}
+    for f in factors:
+        codes[f], levels = pd.factorize(df[f])
+        if len(levels) < 2:
+            raise ValueError(f"crossed_bootstrap: factor {f!r} has {len(levels)} level(s); resampling needs at "
+                             "least 2")
+    point = statistic(df, np.ones(len(df), dtype=np.int64))
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(n_resamples):
+        w = np.ones(len(df), dtype=np.int64)
+        for f in factors:
+            n = int(codes[f].max()) + 1
+            mult = np.bincount(rng.integers(0, n, size=n), minlength=n)
+            w *= mult[codes[f]]
+        reps.append(statistic(df, w).reindex(point.index).to_numpy(dtype=np.float64))
+    reps = np.stack(reps)
+    tail = (1 - confidence_level) / 2 * 100
+    out = pd.DataFrame({"point": point.to_numpy(dtype=np.float64),
+                        "low": np.nanpercentile(reps, tail, axis=0),
+                        "high": np.nanpercentile(reps, 100 - tail, axis=0)}, index=point.index)
+    out.attrs.update({"factors": list(factors), "levels": {f: int(codes[f].max()) + 1 for f in factors},
+                      "n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed,
+                      "method": "percentile, " + " x ".join(factors) + " resampled crossed"})
+    return out
