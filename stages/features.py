@@ -21,7 +21,7 @@ def run() -> None:
     total = {"rows": 0, "hits": 0, "embedded": 0, "corrupt_shards": 0}
     caches = Caches(encoder, params.encoder.cache_dir)
     made_with = {"encoder_config": encoder_config(params.encoder.name, params.encoder.kind,
-                                                   params.encoder.params)}
+                                                   params.encoder.params, params.encoder.precision)}
     for name in params.worlds:                    # every input was made with this run's world params
         for f in sorted((IN / name).glob("*.parquet")):
             check_made_with(f, read_metadata(f).get("world_config"), dataclasses.asdict(params.worlds[name]),

@@ -239,3 +239,42 @@ def test_precision_that_the_encoder_or_device_cannot_run_is_refused():
     with pytest.raises(ConfigError, match="precision"):
         parse_section(EncoderConfig, {"name": "rc", "kind": "random_conv", "comparable_to_published": False,
                                       "precision": "fp16"}, "params.yaml: encoder")
+
+
+def test_precision_is_checked_against_params_and_reaches_the_protocol_card():
+    """Features made at bf16 are stale for an fp32 run (and back); the statistics' protocol record and the card
+    carry the precision (an old features file without one reads as fp32)."""
+    from pathlib import Path
+
+    from wmeval.core.stale import StaleInputError, check_made_with, encoder_config
+    from wmeval.report.cards import _encoder
+    from wmeval.statistics.compute import ENCODER_KEYS
+
+    made = encoder_config("rc", "random_conv", {}, "bf16")
+    with pytest.raises(StaleInputError, match="made with encoder.precision = 'bf16', but this run's params have "
+                                              "encoder.precision = 'fp32'"):
+        check_made_with(Path("f.parquet"), made, encoder_config("rc", "random_conv", {}), "encoder")
+    assert "precision" in ENCODER_KEYS
+
+    class Ctx:
+        enc = {"encoder": "rc", "kind": "random_conv", "precision": "bf16"}
+    assert _encoder(Ctx())["precision"].startswith("bf16")
+    Ctx.enc = {"encoder": "rc", "kind": "random_conv"}
+    assert _encoder(Ctx())["precision"].startswith("fp32")
+
+
+def test_fp32_on_cuda_turns_tf32_off_and_tf32_on_restoring_both():
+    """torch lets cuDNN convolutions use TF32 by default: fp32 on CUDA switches it off inside the forward pass,
+    tf32 on; both restore the global switches (checked on the flags, which need no GPU)."""
+    from wmeval.encoders.zoo import precision_context
+
+    flags = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)   # noqa: E731
+    before = flags()
+    with precision_context("fp32", "cuda"):
+        assert flags() == (False, False)
+    assert flags() == before
+    with precision_context("tf32", "cuda:0"):
+        assert flags() == (True, True)
+    assert flags() == before
+    with precision_context("fp32", "cpu"):
+        assert flags() == before

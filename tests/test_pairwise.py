@@ -44,8 +44,20 @@ def test_win_rates_count_every_comparison_by_hand():
                     ("b", 1, "n", "o", "n")])
     got = win_rates(df)
     assert got.to_dict() == {"m": 2 / 3, "n": 1 / 3, "o": 1 / 2}
-    weighted = win_rates(df, weights=np.array([2, 0, 1, 1]))   # the first counted twice, the second not at all
-    assert weighted.to_dict() == {"m": 2 / 3, "n": 1 / 3, "o": 1 / 2}     # n: won 1 of 2 + 0 + 1 shown
+    weighted = win_rates(df, weights=np.array([3, 0, 1, 1]))   # the first counted 3 times, the second not at all
+    assert weighted.to_dict() == {"m": 3 / 4, "n": 1 / 4, "o": 1 / 2}
+
+
+def test_bradley_terry_weights_are_repeated_judgments_and_an_unseen_candidate_has_no_score():
+    df = simulate(np.random.default_rng(5), {"a": 0.5, "b": 0.0, "c": -0.5}, 3, 4, 3)
+    w = np.random.default_rng(6).integers(0, 4, len(df))
+    dup = df.loc[np.repeat(np.arange(len(df)), w)].reset_index(drop=True)
+    pd.testing.assert_series_equal(bradley_terry(df, weights=w), bradley_terry(dup))
+    unseen = np.where((df["left"] == "c") | (df["right"] == "c"), 0, 1)
+    got = bradley_terry(df, candidates=["a", "b", "c"], weights=unseen)
+    assert np.isnan(got["c"]) and np.isfinite(got[["a", "b"]]).all() and abs(got[["a", "b"]].sum()) < 1e-12
+    with pytest.raises(ValueError, match="non-negative integers"):
+        bradley_terry(df, weights=np.full(len(df), 0.5))
 
 
 def test_bradley_terry_equals_the_maximum_likelihood_fit():
@@ -125,6 +137,23 @@ def test_exclusions_are_declared_and_counted_never_silent():
     assert kept["response_ms"].min() >= 300
     lenient, r2 = apply_exclusions(df, ExclusionRules(max_failed_checks=1))
     assert r2["raters_excluded"] == [] and r2["kept"] == 4 == len(lenient)
+
+
+def test_missing_or_malformed_study_fields_are_refused_not_guessed():
+    base = dict(rater=["a", "a"], trajectory=[0, 1], left=["m", "truth"], right=["n", "corrupt"],
+                choice=["m", "truth"], response_ms=[900.0, 800.0], attention_check=[False, True],
+                expected=[None, "truth"])
+    rules = ExclusionRules(min_response_ms=300)
+    with pytest.raises(ValueError, match="row 1: an attention check without its 'expected' choice"):
+        apply_exclusions(pd.DataFrame({**base, "expected": [None, None]}), rules)
+    with pytest.raises(ValueError, match="row 0: response_ms is empty"):
+        apply_exclusions(pd.DataFrame({**base, "response_ms": [np.nan, 800.0]}), rules)
+    with pytest.raises(ValueError, match="row 0: attention_check = 'no'; expected True or False"):
+        apply_exclusions(pd.DataFrame({**base, "attention_check": ["no", "yes"]}), rules)
+    mixed = judgments([("a", 0, "m", "n", "m"), ("a", 1, "m", "n", "n")]).assign(question=["realism", "consistency"])
+    for fn in (win_rates, bradley_terry, lambda d: crossed_bootstrap(d, lambda x, w: win_rates(x, weights=w))):
+        with pytest.raises(ValueError, match=r"questions \['consistency', 'realism'\]; analyse one at a time"):
+            fn(mixed)
 
 
 def test_bad_judgments_name_the_row_and_value():

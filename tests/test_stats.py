@@ -164,7 +164,7 @@ def test_statistics_read_in_episode_windows_change_no_value(tmp_path, tiny_param
     p = tiny_params
     encoder = build_encoder(p.encoder)
     caches = Caches(encoder, str(tmp_path / "cache"))
-    made_with = {"encoder_config": encoder_config(p.encoder.name, p.encoder.kind, p.encoder.params)}
+    made_with = {"encoder_config": encoder_config(p.encoder.name, p.encoder.kind, p.encoder.params, p.encoder.precision)}
     rollouts, features = tmp_path / "rollouts", tmp_path / "features"
     for name, wcfg in p.worlds.items():
         world = build_world(name, dataclasses.asdict(wcfg))

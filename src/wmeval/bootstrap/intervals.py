@@ -291,7 +291,8 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
     for world in protocol["worlds"]:
         fe = features / params.encoder.name / world / "ground_truth.parquet"
         check_made_with(fe, read_metadata(fe).get("encoder_config"),
-                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params), "encoder")
+                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params,
+                                       params.encoder.precision), "encoder")
     cache: dict[tuple[str, str], np.ndarray] = {}
 
     def counts_for(world: str, unit: str, n_resamples: int | None = None) -> np.ndarray:

@@ -51,7 +51,7 @@ def check_made_with(path: str | Path, recorded: Any, expected: Any, key: str, *,
                               "that writes it: dvc repro --force <stage>, or dvc repro --force for all")
 
 
-def encoder_config(name: str, kind: str, params: dict) -> dict:
-    """What a feature table records of the encoder params (``encoder.name``, ``.kind``, ``.params``) as
-    ``encoder_config``, and what the stages reading it check."""
-    return {"name": name, "kind": kind, "params": params}
+def encoder_config(name: str, kind: str, params: dict, precision: str = "fp32") -> dict:
+    """What a feature table records of the encoder params (``encoder.name``, ``.kind``, ``.params``,
+    ``.precision``) as ``encoder_config``, and what the stages reading it check."""
+    return {"name": name, "kind": kind, "params": params, "precision": precision}

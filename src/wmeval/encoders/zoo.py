@@ -90,20 +90,22 @@ def precision_context(precision: str, device: str):
     import torch
 
     if precision == "fp32":
-        return contextlib.nullcontext()
+        # CUDA: cuDNN convolutions default to TF32 in torch; fp32 means fp32 (off inside the context).
+        return _cuda_tf32(False) if device.startswith("cuda") else contextlib.nullcontext()
     if precision == "bf16":
         return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
     if precision == "tf32":
-        return _tf32()
+        return _cuda_tf32(True)
     raise ConfigError(f"params.yaml: encoder.precision = {precision!r}; choose fp32, bf16 or tf32")
 
 
 @contextlib.contextmanager
-def _tf32():
+def _cuda_tf32(allow: bool):
+    """TF32 matmuls and convolutions on (``tf32``) or off (``fp32``) inside the context, restored after."""
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allow
     try:
         yield
     finally:

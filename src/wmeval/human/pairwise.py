@@ -80,10 +80,21 @@ def apply_exclusions(judgments: pd.DataFrame, rules: ExclusionRules) -> tuple[pd
     dropped silently."""
     df = check_judgments(judgments)
     total = len(df)
-    checks = df["attention_check"].fillna(False).astype(bool) if "attention_check" in df else pd.Series(False,
-                                                                                                          df.index)
-    if checks.any() and "expected" not in df:
-        raise ValueError("judgments: attention checks need the column 'expected' (the correct choice)")
+    checks = pd.Series(False, df.index)
+    if "attention_check" in df:
+        flag = df["attention_check"]
+        bad = ~flag.isin([True, False, 0, 1])
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"judgments: row {row}: attention_check = {flag.iloc[row]!r}; expected True or False")
+        checks = flag.astype(bool)
+    if checks.any():
+        if "expected" not in df:
+            raise ValueError("judgments: attention checks need the column 'expected' (the correct choice)")
+        gap = checks & df["expected"].isna()
+        if gap.any():
+            row = int(np.flatnonzero(gap.to_numpy())[0])
+            raise ValueError(f"judgments: row {row}: an attention check without its 'expected' choice")
     failed = (df.loc[checks, "choice"] != df.loc[checks, "expected"]).groupby(df.loc[checks, "rater"]).sum()
     excluded_raters = sorted(failed[failed > rules.max_failed_checks].index.tolist())
     by_rater = df["rater"].isin(excluded_raters)
@@ -91,6 +102,10 @@ def apply_exclusions(judgments: pd.DataFrame, rules: ExclusionRules) -> tuple[pd
     if rules.min_response_ms is not None:
         if "response_ms" not in df:
             raise ValueError("judgments: the min_response_ms rule needs the column 'response_ms'")
+        gap = ~checks & df["response_ms"].isna()
+        if gap.any():
+            row = int(np.flatnonzero(gap.to_numpy())[0])
+            raise ValueError(f"judgments: row {row}: response_ms is empty, and the min_response_ms rule needs it")
         fast = df["response_ms"] < rules.min_response_ms
     kept = df[~checks & ~by_rater & ~fast]
     report = {"total": total, "attention_check_trials": int(checks.sum()),
@@ -101,6 +116,12 @@ def apply_exclusions(judgments: pd.DataFrame, rules: ExclusionRules) -> tuple[pd
     assert report["kept"] + report["attention_check_trials"] + report["judgments_of_excluded_raters"] \
         + report["judgments_too_fast"] == total
     return kept.reset_index(drop=True), report
+
+
+def _one_question(df: pd.DataFrame) -> None:
+    if "question" in df and df["question"].nunique(dropna=False) > 1:
+        raise ValueError(f"judgments hold the questions {sorted(map(str, df['question'].unique()))}; analyse one "
+                         "at a time (select the rows of one question first)")
 
 
 def _candidates(df: pd.DataFrame, candidates: list[str] | None) -> list[str]:
@@ -115,8 +136,10 @@ def _candidates(df: pd.DataFrame, candidates: list[str] | None) -> list[str]:
 
 def win_rates(judgments: pd.DataFrame, candidates: list[str] | None = None,
               weights: np.ndarray | None = None) -> pd.Series:
-    """Per candidate, the share of its comparisons it won (weighted by ``weights``, one per judgment)."""
+    """Per candidate, the share of its comparisons it won (weighted by ``weights``, one per judgment); NaN for a
+    candidate with no (weighted) comparison."""
     df = check_judgments(judgments)
+    _one_question(df)
     names = _candidates(df, candidates)
     w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
 
@@ -131,10 +154,12 @@ def bradley_terry(judgments: pd.DataFrame, candidates: list[str] | None = None,
                   weights: np.ndarray | None = None, alpha: float = 0.01) -> pd.Series:
     """Bradley-Terry log-strengths per candidate (mean 0; P(i beats j) = 1 / (1 + exp(s_j - s_i))), fitted by
     ``choix.ilsr_pairwise`` on the (winner, loser) pairs, each repeated its integer weight. ``alpha`` is
-    choix's regularization, which keeps the scores finite when a candidate never wins or never loses."""
+    choix's regularization, which keeps the scores finite when a candidate never wins or never loses. A
+    candidate with no (weighted) comparison has no score (NaN), not the regularization's."""
     import choix
 
     df = check_judgments(judgments)
+    _one_question(df)
     names = _candidates(df, candidates)
     index = {n: i for i, n in enumerate(names)}
     loser = np.where(df["choice"] == df["left"], df["right"], df["left"])
@@ -144,8 +169,10 @@ def bradley_terry(judgments: pd.DataFrame, candidates: list[str] | None = None,
         if np.any(w != np.round(w)) or np.any(w < 0):
             raise ValueError("bradley_terry: weights must be non-negative integers (multiplicities)")
         pairs = np.repeat(pairs, w.astype(np.int64), axis=0)
+    seen = np.isin(np.arange(len(names)), pairs)
     scores = choix.ilsr_pairwise(len(names), [tuple(p) for p in pairs.tolist()], alpha=alpha)
-    return pd.Series(scores - scores.mean(), index=names, name="bradley_terry")
+    scores = np.where(seen, scores - scores[seen].mean() if seen.any() else np.nan, np.nan)
+    return pd.Series(scores, index=names, name="bradley_terry")
 
 
 def crossed_bootstrap(judgments: pd.DataFrame,
@@ -156,13 +183,15 @@ def crossed_bootstrap(judgments: pd.DataFrame,
 
     Each factor's levels are drawn with replacement, independently; a judgment's weight is the product of
     its levels' multiplicities (integers). ``factors=("trajectory",)`` resamples trajectories alone (for
-    comparison: too narrow when raters differ). Returns ``point, low, high`` per entry of the statistic, with
-    the factors and their level counts in ``attrs``.
+    comparison: too narrow when raters differ). Returns ``point, low, high`` and ``undefined_replicates``
+    (replicates where the entry was NaN, left out of its interval) per entry of the statistic, with the
+    factors and their level counts in ``attrs``.
 
     Raises:
         ValueError: a factor with fewer than 2 levels (the interval would have zero width).
     """
     df = check_judgments(judgments)
+    _one_question(df)
     codes = {}
     for f in factors:
         codes[f], levels = pd.factorize(df[f])
@@ -181,9 +210,12 @@ def crossed_bootstrap(judgments: pd.DataFrame,
         reps.append(statistic(df, w).reindex(point.index).to_numpy(dtype=np.float64))
     reps = np.stack(reps)
     tail = (1 - confidence_level) / 2 * 100
+    # A replicate that leaves an entry undefined (a candidate never shown in it) is left out of that entry's
+    # interval, and counted.
     out = pd.DataFrame({"point": point.to_numpy(dtype=np.float64),
                         "low": np.nanpercentile(reps, tail, axis=0),
-                        "high": np.nanpercentile(reps, 100 - tail, axis=0)}, index=point.index)
+                        "high": np.nanpercentile(reps, 100 - tail, axis=0),
+                        "undefined_replicates": np.isnan(reps).sum(axis=0)}, index=point.index)
     out.attrs.update({"factors": list(factors), "levels": {f: int(codes[f].max()) + 1 for f in factors},
                       "n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed,
                       "method": "percentile, " + " x ".join(factors) + " resampled crossed"})

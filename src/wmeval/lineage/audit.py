@@ -375,7 +375,7 @@ def _interval_protocol(root: Path, world: str, metric: str, notes: list[str]) ->
 
 
 FEATURE_KEYS = ("encoder", "kind", "dim", "weights_sha256", "preprocessing", "resolution", "clip",
-                "comparable_to_published", "input", "code")
+                "comparable_to_published", "precision", "input", "code")
 ROLLOUT_KEYS = ("world_config", "model_config", "seed", "protocol", "num_samples", "stochastic", "code", "format")
 
 

@@ -209,7 +209,8 @@ def check_inputs(params: Params, world: str, rollouts: Path, features: Path) -> 
             check_made_with(path, meta.get("model_config"), dict(entries[name]), f"models.{world}.entries.{name}")
         fe = features / params.encoder.name / world / f"{name}.parquet"
         check_made_with(fe, read_metadata(fe).get("encoder_config"),
-                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params), "encoder")
+                        encoder_config(params.encoder.name, params.encoder.kind, params.encoder.params,
+                                       params.encoder.precision), "encoder")
 
 
 def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips_model: Any = None) -> WorldRows:
@@ -311,14 +312,14 @@ SCORING_PROTOCOL = {
                       "strata are plan conditions, crossed with episodes",
 }
 ENCODER_KEYS = ("encoder", "kind", "preprocessing", "weights_sha256", "comparable_to_published", "dim", "clip",
-                "returns", "resolution", "frame_rate")
+                "returns", "resolution", "frame_rate", "precision")
 
 
 def _protocol_record(rows: dict[str, WorldRows], sc: ScoringConfig, lpips_record: dict | None) -> dict[str, Any]:
     encoder = list(rows.values())[-1].encoder if rows else None
     return {
         "worlds": {world: r.record for world, r in rows.items()},
-        "encoder": {k: encoder[k] for k in ENCODER_KEYS},
+        "encoder": {k: encoder.get(k, "fp32") if k == "precision" else encoder[k] for k in ENCODER_KEYS},
         "metrics": {m.name: {"higher_is_better": m.higher_is_better, "target": m.target, "unit": m.unit,
                              "layer": m.layer, "definition": m.definition, "aggregate": m.aggregate}
                     for m in REGISTRY.values()},
