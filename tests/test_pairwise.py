@@ -13,6 +13,9 @@ from wmeval.human import (
     apply_exclusions,
     bradley_terry,
     crossed_bootstrap,
+    human_agreement,
+    pairwise_accuracy,
+    validate_evaluator,
     win_rates,
 )
 
@@ -163,3 +166,32 @@ def test_bad_judgments_name_the_row_and_value():
         bradley_terry(pd.DataFrame({"rater": ["a"], "trajectory": [0], "left": ["m"], "right": ["n"]}))
     with pytest.raises(ValueError, match="row 0: both candidates are 'm'"):
         win_rates(judgments([("a", 0, "m", "m", "m")]))
+
+
+def test_pairwise_accuracy_and_the_human_ceiling_by_hand():
+    df = judgments([("a", 0, "m", "n", "m"), ("b", 0, "n", "m", "m"), ("c", 0, "m", "n", "n"),
+                    ("a", 0, "n", "m", "m"),                 # a repeats the trial: never paired with itself
+                    ("a", 1, "m", "o", "o")])                # judged once: no pair of raters
+    scores = pd.DataFrame({"trajectory": [0, 0, 1, 1], "candidate": ["m", "n", "m", "o"], "value": [0.1, 0.3, 0.2, 0.2]})
+    # lower is better: m (0.1) beats n (0.3): the metric agrees with rows 0, 1, 3 and not 2; row 4 is a tie (1/2)
+    assert pairwise_accuracy(df, scores, higher_is_better=False) == pytest.approx(3.5 / 5)
+    assert pairwise_accuracy(df, scores, higher_is_better=True) == pytest.approx(1.5 / 5)
+    # distinct-rater pairs on (0, {m, n}): a-b, a-c, b-c, a'-b, a'-c: agree a-b and a'-b -> 2 / 5
+    assert human_agreement(df) == pytest.approx(2 / 5)
+    with pytest.raises(ValueError, match="row 4: no score for trajectory 1 and candidate 'o'"):
+        pairwise_accuracy(df, scores.iloc[:3], higher_is_better=False)
+
+
+def test_an_evaluator_that_tracks_the_truth_is_validated_and_noise_is_not():
+    truth = {"a": 1.0, "b": 0.0, "c": -1.0}
+    df = simulate(np.random.default_rng(7), truth, 6, 8, 3)
+    true_scores = pd.DataFrame([(t, c, v) for t in range(8) for c, v in truth.items()],
+                               columns=["trajectory", "candidate", "value"])
+    noise = true_scores.assign(value=np.random.default_rng(8).normal(size=len(true_scores)))
+    good = validate_evaluator(df, true_scores, higher_is_better=True, n_resamples=200)
+    bad = validate_evaluator(df, noise, higher_is_better=True, n_resamples=200)
+    assert good.at["evaluator", "validated"] and not bad.at["evaluator", "validated"]
+    assert good.at["evaluator", "point"] > 0.7 > bad.at["evaluator", "point"]
+    assert good.at["human ceiling", "point"] == bad.at["human ceiling", "point"]          # the same judgments
+    # BT with these gaps: two raters agree with probability p^2 + (1 - p)^2, 0.60 and 0.79 for gaps 1 and 2
+    assert 0.55 < good.at["human ceiling", "point"] < 0.8

@@ -7,8 +7,12 @@ from .pairwise import (
     bradley_terry,
     check_judgments,
     crossed_bootstrap,
+    human_agreement,
+    pairwise_accuracy,
+    validate_evaluator,
     win_rates,
 )
 
 __all__ = ["LEVELS", "krippendorff_alpha", "ExclusionRules", "apply_exclusions", "bradley_terry",
-           "check_judgments", "crossed_bootstrap", "win_rates"]
+           "check_judgments", "crossed_bootstrap", "human_agreement", "pairwise_accuracy", "validate_evaluator",
+           "win_rates"]

@@ -220,3 +220,72 @@ def crossed_bootstrap(judgments: pd.DataFrame,
                       "n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed,
                       "method": "percentile, " + " x ".join(factors) + " resampled crossed"})
     return out
+
+
+def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_is_better: bool,
+                      weights: np.ndarray | None = None) -> float:
+    """The share of (weighted) judgments in which an automatic metric prefers the candidate the rater chose.
+
+    ``scores``: columns ``trajectory, candidate, value``, the metric's value of each candidate's continuation
+    of each trajectory. A metric tie counts one half. A judgment whose candidate has no score is refused.
+    """
+    df = check_judgments(judgments)
+    _one_question(df)
+    missing_cols = [c for c in ("trajectory", "candidate", "value") if c not in scores.columns]
+    if missing_cols:
+        raise ValueError(f"scores: columns {missing_cols} are missing")
+    value = scores.set_index(["trajectory", "candidate"])["value"]
+    if not value.index.is_unique:
+        raise ValueError("scores: more than one value for a (trajectory, candidate)")
+    chosen = np.where(df["choice"] == df["left"], df["left"], df["right"])
+    other = np.where(df["choice"] == df["left"], df["right"], df["left"])
+    vc = value.reindex(pd.MultiIndex.from_arrays([df["trajectory"], chosen])).to_numpy(dtype=np.float64)
+    vo = value.reindex(pd.MultiIndex.from_arrays([df["trajectory"], other])).to_numpy(dtype=np.float64)
+    gap = np.isnan(vc) | np.isnan(vo)
+    if gap.any():
+        row = int(np.flatnonzero(gap)[0])
+        t = df.at[row, "trajectory"]
+        raise ValueError(f"judgments: row {row}: no score for trajectory {getattr(t, 'item', lambda: t)()!r} and "
+                         f"candidate {(chosen if np.isnan(vc[row]) else other)[row]!r}")
+    agree = np.where(vc == vo, 0.5, (vc > vo) if higher_is_better else (vc < vo))
+    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+    return float(np.sum(w * agree) / np.sum(w)) if np.sum(w) > 0 else float("nan")
+
+
+def human_agreement(judgments: pd.DataFrame, weights: np.ndarray | None = None) -> float:
+    """The ceiling for :func:`pairwise_accuracy`: the chance that two *different* raters who judged the same
+    pair of candidates on the same trajectory chose alike (pairs of judgments weighted by the product of their
+    weights; a rater is never paired with itself, so a repeated trial or a bootstrap copy adds no agreement).
+    NaN when no pair was judged by two raters."""
+    df = check_judgments(judgments)
+    _one_question(df)
+    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+    pair = [tuple(sorted(p)) for p in zip(df["left"], df["right"])]
+    agree = total = 0.0
+    for _, idx in pd.Series(range(len(df))).groupby([df["trajectory"].to_numpy(), pair]).groups.items():
+        idx = np.asarray(list(idx))
+        if len(idx) < 2:
+            continue
+        r, c, ww = df["rater"].to_numpy()[idx], df["choice"].to_numpy()[idx], w[idx]
+        other = r[:, None] != r[None, :]
+        prod = np.triu(ww[:, None] * ww[None, :] * other, k=1)
+        total += prod.sum()
+        agree += (prod * (c[:, None] == c[None, :])).sum()
+    return agree / total if total > 0 else float("nan")
+
+
+def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_is_better: bool,
+                       n_resamples: int = 2000, confidence_level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """An automatic metric against held-out human judgments: its pairwise accuracy and the human-human agreement
+    ceiling, each with a crossed (trajectory x rater) interval, and the verdict. A metric is *validated* on
+    these judgments when its accuracy's interval lies above chance (0.5); the ceiling says how far it is from
+    what raters achieve among themselves."""
+
+    def both(d: pd.DataFrame, w: np.ndarray) -> pd.Series:
+        return pd.Series({"evaluator": pairwise_accuracy(d, scores, higher_is_better=higher_is_better, weights=w),
+                          "human ceiling": human_agreement(d, w)})
+
+    out = crossed_bootstrap(judgments, both, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
+    out["validated"] = [bool(out.at["evaluator", "low"] > 0.5), None]
+    out.attrs["rule"] = "validated: the evaluator's pairwise-accuracy interval lies above 0.5 (chance)"
+    return out
