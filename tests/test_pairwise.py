@@ -14,6 +14,7 @@ from wmeval.human import (
     bradley_terry,
     crossed_bootstrap,
     human_agreement,
+    intra_rater_consistency,
     pairwise_accuracy,
     validate_evaluator,
     win_rates,
@@ -195,3 +196,26 @@ def test_an_evaluator_that_tracks_the_truth_is_validated_and_noise_is_not():
     assert good.at["human ceiling", "point"] == bad.at["human ceiling", "point"]          # the same judgments
     # BT with these gaps: two raters agree with probability p^2 + (1 - p)^2, 0.60 and 0.79 for gaps 1 and 2
     assert 0.55 < good.at["human ceiling", "point"] < 0.8
+
+
+def test_intra_rater_consistency_on_repeated_trials():
+    df = judgments([("a", 0, "m", "n", "m"), ("a", 0, "n", "m", "m"),     # shown again, sides swapped: agrees
+                    ("a", 1, "m", "n", "n"), ("a", 1, "m", "n", "m"),     # disagrees
+                    ("b", 0, "m", "n", "m"), ("b", 0, "m", "n", "m"), ("b", 1, "m", "o", "o"),
+                    ("c", 0, "m", "n", "n")])                           # c repeats nothing
+    got = intra_rater_consistency(df)
+    assert got.loc["a", "repeated_trials"] == 2 and got.loc["a", "agreement"] == 0.5
+    assert got.loc["b", "agreement"] == 1.0 and np.isnan(got.loc["b", "alpha"])   # one value: alpha undefined
+    assert got.loc["c", "repeated_trials"] == 0 and np.isnan(got.loc["c", "agreement"])
+    # all raters: units (1, 1), (0, 1), (1, 1): o_11 = 4, o_01 = o_10 = 1, n = 6 -> alpha = 1 - 5 * 2 / (2 * 5) = 0
+    assert got.loc["all raters", "agreement"] == pytest.approx(2 / 3) and got.loc["all raters", "alpha"] == 0.0
+    # A rater who always picks the stronger candidate is perfectly consistent (alpha 1); a coin flipper is not.
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(30):
+        for _ in range(2):
+            pair = ["m", "n"] if t % 2 else ["n", "o"]
+            rows.append(("steady", t, *pair, "m" if "m" in pair else "o"))      # m > n > o: the stronger
+            rows.append(("coin", t, *pair, pair[rng.integers(2)]))
+    got = intra_rater_consistency(judgments(rows))
+    assert got.loc["steady", "alpha"] == 1.0 and got.loc["coin", "alpha"] < 0.4

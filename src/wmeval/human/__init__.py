@@ -8,11 +8,12 @@ from .pairwise import (
     check_judgments,
     crossed_bootstrap,
     human_agreement,
+    intra_rater_consistency,
     pairwise_accuracy,
     validate_evaluator,
     win_rates,
 )
 
 __all__ = ["LEVELS", "krippendorff_alpha", "ExclusionRules", "apply_exclusions", "bradley_terry",
-           "check_judgments", "crossed_bootstrap", "human_agreement", "pairwise_accuracy", "validate_evaluator",
+           "check_judgments", "crossed_bootstrap", "human_agreement", "intra_rater_consistency", "pairwise_accuracy", "validate_evaluator",
            "win_rates"]

@@ -289,3 +289,46 @@ def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_
     out["validated"] = [bool(out.at["evaluator", "low"] > 0.5), None]
     out.attrs["rule"] = "validated: the evaluator's pairwise-accuracy interval lies above 0.5 (chance)"
     return out
+
+
+def intra_rater_consistency(judgments: pd.DataFrame) -> pd.DataFrame:
+    """How consistently each rater answers a trial shown again (the same trajectory and pair of candidates,
+    in either screen order): per rater and for all raters, the repeated trials, the share of pairs of their
+    answers that agree, and Krippendorff's alpha (nominal: the repeats as coders, the trials as units; chance
+    agreement corrected). A rater without repeated trials has NaN, and ``repeated_trials`` 0."""
+    from .agreement import krippendorff_alpha
+
+    df = check_judgments(judgments)
+    _one_question(df)
+    first = np.minimum(df["left"].to_numpy(dtype=object), df["right"].to_numpy(dtype=object))
+    second = np.maximum(df["left"].to_numpy(dtype=object), df["right"].to_numpy(dtype=object))
+    df = df.assign(_pair=[f"{a}\x1f{b}" for a, b in zip(first, second)],
+                   _code=(df["choice"].to_numpy(dtype=object) == first).astype(np.float64))
+    rows = {}
+    trials = {}
+    for rater, g in df.groupby("rater", sort=True):
+        units = [u for _, u in g.groupby(["trajectory", "_pair"]) if len(u) >= 2]
+        trials[rater] = units
+        rows[rater] = _consistency(units, krippendorff_alpha)
+    rows["all raters"] = _consistency([u for units in trials.values() for u in units], krippendorff_alpha)
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _consistency(units: list[pd.DataFrame], alpha_fn) -> dict:
+    if not units:
+        return {"repeated_trials": 0, "agreement": np.nan, "alpha": np.nan}
+    agree = total = 0.0
+    width = max(len(u) for u in units)
+    data = np.full((width, len(units)), np.nan)
+    for j, u in enumerate(units):
+        c = u["_code"].to_numpy()
+        data[: len(c), j] = c
+        same = c[:, None] == c[None, :]
+        k = len(c)
+        agree += (same.sum() - k) / 2
+        total += k * (k - 1) / 2
+    try:
+        alpha = alpha_fn(data, "nominal")
+    except (ValueError, ZeroDivisionError):
+        alpha = np.nan                                # one value throughout: no disagreement to correct for
+    return {"repeated_trials": len(units), "agreement": agree / total, "alpha": alpha}
