@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .agreement import krippendorff_alpha
+
 REQUIRED = ("rater", "trajectory", "left", "right", "choice")
 
 
@@ -296,8 +298,6 @@ def intra_rater_consistency(judgments: pd.DataFrame) -> pd.DataFrame:
     in either screen order): per rater and for all raters, the repeated trials, the share of pairs of their
     answers that agree, and Krippendorff's alpha (nominal: the repeats as coders, the trials as units; chance
     agreement corrected). A rater without repeated trials has NaN, and ``repeated_trials`` 0."""
-    from .agreement import krippendorff_alpha
-
     df = check_judgments(judgments)
     _one_question(df)
     first = np.minimum(df["left"].to_numpy(dtype=object), df["right"].to_numpy(dtype=object))
@@ -309,12 +309,12 @@ def intra_rater_consistency(judgments: pd.DataFrame) -> pd.DataFrame:
     for rater, g in df.groupby("rater", sort=True):
         units = [u for _, u in g.groupby(["trajectory", "_pair"]) if len(u) >= 2]
         trials[rater] = units
-        rows[rater] = _consistency(units, krippendorff_alpha)
-    rows["all raters"] = _consistency([u for units in trials.values() for u in units], krippendorff_alpha)
+        rows[rater] = _consistency(units)
+    rows["all raters"] = _consistency([u for units in trials.values() for u in units])
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def _consistency(units: list[pd.DataFrame], alpha_fn) -> dict:
+def _consistency(units: list[pd.DataFrame]) -> dict:
     if not units:
         return {"repeated_trials": 0, "agreement": np.nan, "alpha": np.nan}
     agree = total = 0.0
@@ -328,7 +328,7 @@ def _consistency(units: list[pd.DataFrame], alpha_fn) -> dict:
         agree += (same.sum() - k) / 2
         total += k * (k - 1) / 2
     try:
-        alpha = alpha_fn(data, "nominal")
+        alpha = krippendorff_alpha(data, "nominal")
     except (ValueError, ZeroDivisionError):
         alpha = np.nan                                # one value throughout: no disagreement to correct for
     return {"repeated_trials": len(units), "agreement": agree / total, "alpha": alpha}
