@@ -3,7 +3,7 @@
 Writes reports/scorecard.md, reports/scorecard.html, reports/plots/ (data for `dvc plots`),
 reports/protocols.json (protocol strings; the numbers are in reports/metrics.json),
 reports/intervals.csv (every interval with its method, B, level, resampling unit and strata)
-and reports/provenance.json.
+and reports/provenance.json. The human section comes from data/human/summary.json (the human stage).
 """
 
 import json
@@ -14,9 +14,11 @@ import pandas as pd
 from wmeval.core.runner import main
 from wmeval.lineage.provenance import run_record
 from wmeval.report import interval_table, plot_data, protocol_cards, render
+from wmeval.report.human import study_card
 from wmeval.tables import atomic_dir, atomic_write_text
 
 BOOT, OUT = Path("data/bootstrap"), Path("reports")
+HUMAN = Path("data/human")                             # the human stage's summary (human.study; none by default)
 POINTS = Path("data/stats/distributional.parquet")   # the distributional point estimates (FD vs 1/N figure)
 COVERAGE = Path("benchmarks/results/coverage.json")      # the interval-coverage benchmark the report cites
 
@@ -30,15 +32,17 @@ def run() -> None:
     points = pd.read_parquet(POINTS)
     provenance = run_record(Path("."))
     coverage = json.loads(COVERAGE.read_text())
+    human = json.loads((HUMAN / "summary.json").read_text())
     cards = protocol_cards(intervals, protocol)
-    md, page = render(intervals, protocol, curves, kcurves, points, provenance, coverage, cards)
+    md, page = render(intervals, protocol, curves, kcurves, points, provenance, coverage, cards, human)
     # Everything is rendered before anything is written; each file is replaced atomically.
     with atomic_dir(OUT / "plots") as tmp:
         for rel, table in plot_data(curves, kcurves, intervals).items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             table.to_csv(tmp / rel, index=False, float_format="%.10g")
     atomic_write_text(OUT / "intervals.csv", interval_table(intervals, protocol).to_csv(index=False, float_format="%.10g"))
-    protocols = {"bootstrap": protocol["bootstrap"], "encoder": protocol["encoder"], "cards": cards}
+    protocols = {"bootstrap": protocol["bootstrap"], "encoder": protocol["encoder"], "cards": cards,
+                 "human": study_card(human)}
     atomic_write_text(OUT / "protocols.json", json.dumps(protocols, indent=2, sort_keys=True) + "\n")
     atomic_write_text(OUT / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True, default=str) + "\n")
     atomic_write_text(OUT / "scorecard.md", md)

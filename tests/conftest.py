@@ -32,7 +32,7 @@ def tiny_params():
     return validate_params(raw, "tiny")
 
 
-PROJECT_FILES = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
+PROJECT_FILES = ["conf", "stages", "src", "studies", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
                  "benchmarks/results/coverage.json"]
 
 

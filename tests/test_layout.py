@@ -21,9 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PKG = SRC / "wmeval"
 #: One subpackage per stage; the rest of src/wmeval are shared layers (and the CLI apps on top).
-STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
-SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering",
-          "human")
+STAGES = ("rollouts", "features", "statistics", "bootstrap", "human", "report")
+SHARED = ("core", "tables", "metrics", "worlds", "models", "encoders", "estimators", "lineage", "rendering")
 APPS = ("cli", "sweep", "stats")
 
 
@@ -149,7 +148,7 @@ def test_stage_deps_cover_every_data_path_the_script_names(dvc):
 
 #: ``params.<section>`` or ``params.<section>.<key>`` in a stage's code (``params.yaml`` and dict methods aside).
 PARAM_USE = re.compile(r"\bparams\.([a-z_]+)(?:\.([a-z_]+))?")
-SECTIONS = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring"}
+SECTIONS = {"worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring", "human"}
 
 
 def missing_params(dvc: dict) -> dict[str, list[str]]:

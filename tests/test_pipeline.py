@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_repro_writes_every_declared_output(project):
     assert meta["protocol"]["name"] == "tiny" and meta["model_config"]["features"] == "linear"
     assert "world" in pq.read_schema(project / "data/rollouts/pendulum/linear.parquet").names
     lock = yaml.safe_load((project / "dvc.lock").read_text())
-    assert set(lock["stages"]) == {"rollouts", "features", "statistics", "bootstrap", "report"}
+    assert set(lock["stages"]) == {"rollouts", "features", "statistics", "bootstrap", "human", "report"}
 
 
 def test_second_repro_has_nothing_to_do(project):
@@ -131,17 +132,21 @@ def test_report_outputs_protocol_cards_and_dvc_plots(project):
     assert run([str(BIN / "dvc"), "metrics", "show", "--json"], project).returncode == 0
 
 
+def _require_browser(browser):
+    why = browser.available()
+    if why and os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser test: {why}")
+    if why:
+        pytest.skip(why)
+
+
 def test_scorecard_html_renders_offline_in_chromium(project, tmp_path):
     """The page opens from a file URL with networking off: no console error, no request, every figure and table."""
     import re
 
     import browser
 
-    why = browser.available()
-    if why and os.environ.get("CI"):
-        pytest.fail(f"CI must run the browser test: {why}")
-    if why:
-        pytest.skip(why)
+    _require_browser(browser)
     html = project / "reports" / "scorecard.html"
     artifacts = Path(os.environ.get("WMEVAL_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "build" / "test-artifacts"))
     out = browser.inspect(html, artifacts)
@@ -223,3 +228,75 @@ def test_a_stage_refuses_inputs_made_with_other_params(project, stage, key, valu
     assert "stale" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     after = {p: hashlib.md5(p.read_bytes()).hexdigest() for p in sorted((project / outs).rglob("*")) if p.is_file()}
     assert after == digest
+
+
+def test_a_study_answered_in_chromium_composes_into_the_scorecard(project, tmp_path):
+    """Issue 17's acceptance: a study exported from the run's rollouts, every page answered in headless Chromium by
+    simulated raters (networking off), the answers files the pages save put back, and `dvc repro` with
+    human.study: the human stage and the report re-run (nothing else), and the scorecard gains the human section
+    with the declared ranking recovered, the exclusions counted and the study's protocol card."""
+    import shutil
+
+    import browser
+
+    from wmeval.human.simulate import RaterPopulation, SimulatedRater
+
+    _require_browser(browser)
+    study = project / "studies" / "pilot"
+    study.mkdir(parents=True)
+    cands = ["stochastic", "mean", "realized"]
+    (study / "design.yaml").write_text(yaml.safe_dump({
+        "name": "pilot", "world": "blobs", "candidates": cands, "population": "simulated raters (tests)",
+        "consent": "Consent: only your answers and response times are recorded.", "episodes": 4,
+        "plans": ["left", "right"], "raters": 3, "trials_per_rater": 8, "repeats": 2, "attention_checks": 1,
+        "exclusions": {"max_failed_checks": 0, "min_response_ms": None},
+        "playback": {"fps": 60, "pause_ms": 0, "min_loops": 1}, "seed": 3}))
+    run([str(BIN / "wmeval"), "study", "export", "studies/pilot/design.yaml"], project)
+    key = json.loads((study / "study.json").read_text())
+    declared = {"realized": 3.0, "stochastic": 0.0, "mean": -3.0}
+    population = RaterPopulation({"realism": declared, "consistency": declared})
+    downloads = tmp_path / "downloads"
+    for rater, trials in key["raters"].items():
+        sim, by_id = SimulatedRater(population, rater), {t["trial"]: t for t in trials}
+        # r03 fails its attention check: excluded with all its answers, and counted.
+        if rater == "r03":
+            sim = SimulatedRater(RaterPopulation(population.strengths, attention=0.0), rater)
+
+        def choose(trial_id, sim=sim, by_id=by_id):
+            t = by_id[trial_id]
+            chosen, _ = sim.choose(trajectory=t["episode"], question=t["question"], left=t["left"], right=t["right"],
+                                   attention_check=t["attention_check"], expected=t["expected"])
+            return "left" if chosen == t["left"] else "right"
+
+        out = browser.answer_study(study / "pages" / f"{rater}.html", choose, downloads / rater)
+        assert out["console_errors"] == [] and out["failed_loads"] == [], out
+        assert all(u.startswith(("file:", "data:")) for u in out["requests"]), out["requests"]
+        assert out["shown"] == [t["trial"] for t in trials]                   # every trial, in the keyed order
+        assert out["answers"] == out["text_copy"] and len(out["answers"]["answers"]) == len(trials)
+        assert all(a["response_ms"] >= 0 for a in out["answers"]["answers"])
+        shutil.copy(out["file"], study / "answers" / out["file"].name)
+    params = project / "params.yaml"
+    before = params.read_text()
+    try:
+        params.write_text(compose_text(["human.study=studies/pilot", "human.n_resamples=200"], project))
+        r = run([str(BIN / "dvc"), "repro"], project)
+        ran = set(re.findall(r"Running stage '([a-z]+)'", r.stdout))
+        assert ran == {"human", "report"}, r.stdout[-2000:]
+        summary = json.loads((project / "data/human/summary.json").read_text())
+        ex = summary["exclusions"]
+        assert ex["raters_excluded"] == ["r03"] and ex["attention_check_trials"] == 3
+        assert ex["kept"] == 20 and ex["judgments_of_excluded_raters"] == 10 and ex["total"] == 33
+        for q, entry in summary["per_question"].items():
+            shown = [c["candidate"] for c in entry["candidates"] if c["comparisons"]]
+            assert shown == [c for c in ("realized", "stochastic", "mean") if c in shown], (q, entry)
+        md = (project / "reports/scorecard.md").read_text()
+        assert "Study **pilot** on world `blobs`" in md and "### Study protocol card" in md
+        assert "| `realized` |" in md and "from excluded raters ['r03']" in md
+        verdicts = {(e["metric"], e["question"]): e["verdict"] for e in summary["evaluators"]}
+        assert set(verdicts.values()) <= {"validated on pilot", "not validated"} and len(verdicts) == 6
+        card = json.loads((project / "reports/protocols.json").read_text())["human"]
+        assert card["study"] == "pilot" and "seed 3" in card["randomization"]
+        assert "simulated raters (tests)" in card["rater population"]
+    finally:
+        params.write_text(before)
+        run([str(BIN / "dvc"), "repro"], project)

@@ -127,3 +127,21 @@ def test_frame_tables_are_written_in_small_row_groups(tmp_path):
                                                   "frame"), frames)
     io.write_table(pa.table({"episode": np.arange(300)}), tmp_path / "s.parquet")
     assert pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups == 1
+
+
+def test_atomic_writes_get_the_mode_of_any_new_file(tmp_path):
+    """mkstemp makes 0600 files: a scorecard or a study page written through it would be unreadable to others."""
+    import os
+    import stat
+
+    from wmeval.tables.io import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "page.html", "x")
+        assert stat.S_IMODE((tmp_path / "page.html").stat().st_mode) == 0o644
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.html", "x")
+        assert stat.S_IMODE((tmp_path / "private.html").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

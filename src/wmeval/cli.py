@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
 import os
 import sys
@@ -112,6 +113,28 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_study(args: argparse.Namespace) -> int:
+    from wmeval.core.config import find_root
+
+    root = Path(args.root) if args.root else find_root(Path(args.path).resolve().parent)
+    if args.action == "export":
+        from wmeval.human.study import export_study
+
+        folder = export_study(args.path, root=root, force=args.force)
+        study = json.loads((folder / "study.json").read_text())
+        n = {r: len(t) for r, t in study["raters"].items()}
+        print(f"{folder}: study {study['design']['name']!r}, {len(n)} pages in {folder / 'pages'} "
+              f"({sum(n.values())} trials: {', '.join(f'{r} {k}' for r, k in n.items())}); send each rater their page "
+              f"and put the answers files they return in {folder / 'answers'}")
+        return 0
+    from wmeval.human.analysis import analyse_study
+
+    summary, _ = analyse_study(args.path, n_resamples=args.n_resamples)
+    print(json.dumps({k: summary[k] for k in ("study", "status", "import", "exclusions", "per_question")
+                      if k in summary}, indent=1, default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmeval", description="Evaluate action-conditioned world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -157,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--all-commits", action="store_true", help="experiments of every commit, not only HEAD's")
     sw.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
     sw.set_defaults(func=_cmd_sweep)
+    st = sub.add_parser("study", help="human judgments: export a blinded study's pages from the rollouts, or "
+                                      "summarize the answers returned (README, \"Human judgments\")")
+    st.add_argument("action", choices=["export", "summary"])
+    st.add_argument("path", help="export: the study's design.yaml; summary: the study's folder")
+    st.add_argument("--force", action="store_true", help="export: replace an exported study (a new study: answers "
+                                                         "to the old pages no longer import)")
+    st.add_argument("--n-resamples", type=int, default=1000, help="summary: B of the crossed bootstrap")
+    st.add_argument("--root", help="project root (default: the nearest directory with .dvc/ and conf/)")
+    st.set_defaults(func=_cmd_study)
     return p
 
 

@@ -203,6 +203,40 @@ class DynamicsConfig:
 
 
 @dataclass(frozen=True)
+class HumanConfig:
+    """``human``: the human-judgment study composed into the scorecard (README, "Human judgments").
+
+    Attributes:
+        name: the option's name.
+        study: the folder of an exported study under ``studies/`` (its ``study.json`` and ``answers/``), or
+            ``None``: no study, and every evaluator is reported "not validated".
+        evaluators: metrics (per-episode values from the statistics stage) to validate against the judgments.
+        n_resamples: B of the crossed (trajectory x rater) bootstrap.
+        confidence_level: of every human interval.
+        seed: of the bootstrap.
+    """
+
+    name: str = "default"
+    study: str | None = None
+    evaluators: list = field(default_factory=lambda: ["pixel_mse", "ssim", "feature_mse"])
+    n_resamples: int = 1000
+    confidence_level: float = 0.95
+    seed: int = 0
+
+
+def _check_human(human: HumanConfig, source: str) -> None:
+    if human.study is not None:
+        parts = Path(human.study).parts
+        if Path(human.study).is_absolute() or len(parts) < 2 or parts[0] != "studies" or ".." in parts:
+            raise ConfigError(f"{source}: human.study = {human.study!r}: a study must be a folder under studies/ "
+                              "(the human stage's declared dependency), e.g. studies/my-study")
+    if human.n_resamples < 100:
+        raise ConfigError(f"{source}: human.n_resamples = {human.n_resamples}; use at least 100")
+    if not 0.5 < human.confidence_level < 1.0:
+        raise ConfigError(f"{source}: human.confidence_level = {human.confidence_level}; must be in (0.5, 1)")
+
+
+@dataclass(frozen=True)
 class Params:
     worlds: dict[str, WorldConfig]
     models: dict[str, ModelsConfig]
@@ -211,6 +245,7 @@ class Params:
     bootstrap: BootstrapConfig
     dynamics: DynamicsConfig
     scoring: ScoringConfig
+    human: HumanConfig = field(default_factory=HumanConfig)
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -344,6 +379,8 @@ def _check_bootstrap(boot: BootstrapConfig, source: str) -> None:
 
 #: The sections of params.yaml.
 SECTIONS = ("worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring")
+#: Sections that may be left out (their defaults apply).
+OPTIONAL_SECTIONS = ("human",)
 
 
 #: Params keys DVC 3's run cache leaves out of a stage's hash at any depth (``dvc/stage/cache.py``:
@@ -394,9 +431,10 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
                           "run-cache hash, so changing its value would return the previous run's outputs; rename "
                           "it (wmeval uses e.g. frame_size, resolution)")
     allowed = set(SECTIONS)
-    unknown = sorted(set(raw) - allowed)
+    unknown = sorted(set(raw) - allowed - set(OPTIONAL_SECTIONS))
     if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
+        raise ConfigError(f"{source}: unknown top-level key(s) {unknown}; allowed: "
+                          f"{sorted(allowed | set(OPTIONAL_SECTIONS))}")
     for key in sorted(allowed):
         if key not in raw:
             raise ConfigError(f"{source}: section {key!r} is missing or empty (an empty selection such as "
@@ -416,8 +454,10 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     _check_dynamics(dyn, f"{source}: dynamics")
     scoring = parse_section(ScoringConfig, raw["scoring"], f"{source}: scoring")
     _check_scoring(scoring, f"{source}: scoring")
+    human = parse_section(HumanConfig, raw.get("human") or {}, f"{source}: human")
+    _check_human(human, source)
     params = Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot,
-                    dynamics=dyn, scoring=scoring)
+                    dynamics=dyn, scoring=scoring, human=human)
     for k in worlds:
         _check_dynamics(world_dynamics(params, k, source), f"{source}: dynamics (with worlds.{k}.dynamics)")
     return params

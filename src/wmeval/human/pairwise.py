@@ -254,9 +254,15 @@ def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_i
     return float(np.sum(w * agree) / np.sum(w)) if np.sum(w) > 0 else float("nan")
 
 
+def _item(df: pd.DataFrame) -> list[np.ndarray]:
+    """What makes two judgments of one pair the same item: the trajectory, and the plan (the actions shown)
+    when the table has that column."""
+    return [df["trajectory"].to_numpy()] + ([df["plan"].astype(str).to_numpy()] if "plan" in df else [])
+
+
 def human_agreement(judgments: pd.DataFrame, weights: np.ndarray | None = None) -> float:
     """The ceiling for :func:`pairwise_accuracy`: the chance that two *different* raters who judged the same
-    pair of candidates on the same trajectory chose alike (pairs of judgments weighted by the product of their
+    pair of candidates on the same trajectory (and plan, when the table has a ``plan`` column) chose alike (pairs of judgments weighted by the product of their
     weights; a rater is never paired with itself, so a repeated trial or a bootstrap copy adds no agreement).
     NaN when no pair was judged by two raters."""
     df = check_judgments(judgments)
@@ -264,7 +270,7 @@ def human_agreement(judgments: pd.DataFrame, weights: np.ndarray | None = None) 
     w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
     pair = [tuple(sorted(p)) for p in zip(df["left"], df["right"])]
     agree = total = 0.0
-    for _, idx in pd.Series(range(len(df))).groupby([df["trajectory"].to_numpy(), pair]).groups.items():
+    for _, idx in pd.Series(range(len(df))).groupby([*_item(df), pair]).groups.items():
         idx = np.asarray(list(idx))
         if len(idx) < 2:
             continue
@@ -294,8 +300,8 @@ def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_
 
 
 def intra_rater_consistency(judgments: pd.DataFrame) -> pd.DataFrame:
-    """How consistently each rater answers a trial shown again (the same trajectory and pair of candidates,
-    in either screen order): per rater and for all raters, the repeated trials, the share of pairs of their
+    """How consistently each rater answers a trial shown again (the same trajectory, plan when the table has a
+    ``plan`` column, and pair of candidates, in either screen order): per rater and for all raters, the repeated trials, the share of pairs of their
     answers that agree, and Krippendorff's alpha (nominal: the repeats as coders, the trials as units; chance
     agreement corrected). A rater without repeated trials has NaN, and ``repeated_trials`` 0."""
     df = check_judgments(judgments)
@@ -307,7 +313,7 @@ def intra_rater_consistency(judgments: pd.DataFrame) -> pd.DataFrame:
     rows = {}
     trials = {}
     for rater, g in df.groupby("rater", sort=True):
-        units = [u for _, u in g.groupby(["trajectory", "_pair"]) if len(u) >= 2]
+        units = [u for _, u in g.groupby([*_item(g), g["_pair"].to_numpy()]) if len(u) >= 2]
         trials[rater] = units
         rows[rater] = _consistency(units)
     rows["all raters"] = _consistency([u for units in trials.values() for u in units])

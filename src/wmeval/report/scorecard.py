@@ -32,6 +32,7 @@ from wmeval.rendering.document import (
 )
 from wmeval.rendering.htmlpage import esc
 from wmeval.report.cards import REGIME_LABEL, protocol_cards
+from wmeval.report.human import human_section
 
 Column = tuple[str, str, str, str]  # label, metric, regime, condition
 
@@ -502,9 +503,10 @@ def _cards_section(doc: Doc, cards: dict) -> None:
 def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
           kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
           provenance: dict[str, Any] | None = None, with_figures: bool = False,
-          coverage: dict[str, Any] | None = None, cards: dict | None = None) -> Doc:
+          coverage: dict[str, Any] | None = None, cards: dict | None = None,
+          human: dict[str, Any] | None = None) -> Doc:
     """The scorecard as a :class:`Doc`; ``with_figures`` adds the SVG figures (HTML only); ``cards``:
-    :func:`protocol_cards`, when the caller has them already."""
+    :func:`protocol_cards`, when the caller has them already; ``human``: the human stage's summary."""
     cards = protocol_cards(intervals, protocol) if cards is None else cards
     doc = Doc()
     _front_matter(doc, protocol, provenance, coverage)
@@ -513,6 +515,7 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
         iv, cols, probe_t, calibrated = per_world[world]
         _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
                         with_figures)
+    human_section(doc, human)
     _metrics_section(doc, protocol["encoder"])
     _cards_section(doc, cards)
     _provenance_section(doc, provenance)
@@ -819,10 +822,10 @@ def _provenance_section(doc: Doc, provenance: dict[str, Any] | None) -> None:
 def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFrame | None = None,
            kcurves: pd.DataFrame | None = None, points: pd.DataFrame | None = None,
            provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None,
-           cards: dict | None = None) -> tuple[str, str]:
+           cards: dict | None = None, human: dict[str, Any] | None = None) -> tuple[str, str]:
     """The scorecard as ``(markdown, html)``, from one document (the figures appear in the HTML only)."""
     doc = build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True, coverage=coverage,
-                cards=cards)
+                cards=cards, human=human)
     return to_markdown(doc), to_html(doc, "wmeval scorecard")
 
 

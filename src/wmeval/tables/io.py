@@ -314,6 +314,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``path`` through a temporary sibling: it is whole or absent, never half-written."""
     path = Path(path)
@@ -322,6 +328,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        # mkstemp creates 0600; give the file the mode any other new file gets (0666 less the umask).
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,245 @@
+"""The human study kit: export (design, randomization, blinded offline pages with the keyed frames), the
+answers' import and its refusals, and the analysis's counts. The browser run (a page answered in headless
+Chromium, then the human stage and the scorecard) is in tests/test_pipeline.py."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from wmeval.core.errors import ConfigError, WmevalError
+from wmeval.human.analysis import analyse_study
+from wmeval.human.answers import read_answers
+from wmeval.human.study import ANSWERS_FORMAT, export_study, load_design, study_digest
+from wmeval.tables.io import rollout_table, with_metadata, write_table
+
+EPISODES, PLANS, T, HW = 6, ("left", "right"), 4, 8
+MODELS = ("alpha-model", "beta-model")
+
+
+def _frames(code: int, e: int, p: int) -> np.ndarray:
+    """(T+1, HW, HW, 1) frames whose pixels encode the source, episode, plan and step (distinct everywhere)."""
+    out = np.zeros((T + 1, HW, HW, 1))
+    for t in range(T + 1):
+        out[t, :, :, 0] = ((code * 37 + e * 11 + p * 5 + t * 3) % 250 + 3) / 255.0
+        out[t, 0, 0, 0] = code / 255.0
+    return out
+
+
+def make_rollouts(root: Path) -> Path:
+    folder = root / "data" / "rollouts" / "w"
+    folder.mkdir(parents=True)
+    meta = {"world": {"actions": {"left": -1.0, "right": 1.0}}}
+    eps = np.arange(EPISODES)
+    for code, source in enumerate(("ground_truth", *MODELS)):
+        tables = []
+        for p, plan in enumerate(PLANS):
+            frames = np.stack([_frames(code, e, p) for e in eps])[:, None]           # (N, 1, T+1, H, W, C)
+            acts = np.full((EPISODES, T + 1, 1), -1.0 if plan == "left" else 1.0)
+            if source == "ground_truth":
+                tables.append(rollout_table(world="w", source=source, regime="realized", plan=plan, condition=plan,
+                                            episodes=eps, t=np.arange(T + 1), frames=frames, states=None,
+                                            actions=acts, frame_dtype="uint8"))
+            else:
+                tables.append(rollout_table(world="w", source=source, regime="open_loop", plan=plan, condition=plan,
+                                            episodes=eps, t=np.arange(1, T + 1), frames=frames[:, :, 1:],
+                                            states=None, actions=acts[:, 1:], frame_dtype="uint8"))
+        import pyarrow as pa
+
+        write_table(with_metadata(pa.concat_tables(tables), meta), folder / f"{source}.parquet")
+    return folder
+
+
+DESIGN = {"name": "pilot", "world": "w", "candidates": [*MODELS, "realized"], "population": "test raters",
+          "consent": "Consent text: answers and response times only.", "episodes": 4, "raters": 3,
+          "trials_per_rater": 8, "repeats": 2, "attention_checks": 2, "playback": {"fps": 40, "pause_ms": 0}}
+
+
+def write_design(root: Path, **over) -> Path:
+    path = root / "studies" / "pilot" / "design.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({**DESIGN, **over}))
+    return path
+
+
+@pytest.fixture()
+def study(tmp_path) -> Path:
+    make_rollouts(tmp_path)
+    return export_study(write_design(tmp_path), root=tmp_path)
+
+
+def page_data(page: Path) -> dict:
+    text = page.read_text()
+    blob = re.search(r'<script type="application/json" id="study-data">(.*?)</script>', text, re.S).group(1)
+    return json.loads(blob.replace("<\\/", "</"))
+
+
+def decode(uri: str) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))))
+
+
+def test_export_reproduces_from_its_seed_and_a_new_seed_draws_anew(tmp_path, study):
+    first = {p.name: p.read_bytes() for p in [study / "study.json", *sorted((study / "pages").glob("*.html"))]}
+    export_study(study / "design.yaml", root=tmp_path, force=True)
+    again = {p.name: p.read_bytes() for p in [study / "study.json", *sorted((study / "pages").glob("*.html"))]}
+    assert first == again
+    export_study(write_design(tmp_path, seed=1), root=tmp_path, force=True)
+    other = json.loads((study / "study.json").read_text())
+    assert other["raters"] != json.loads(first["study.json"])["raters"]
+    with pytest.raises(WmevalError, match="exists"):
+        export_study(study / "design.yaml", root=tmp_path)
+
+
+def test_each_rater_gets_the_declared_trials_repeats_and_checks(study):
+    key = json.loads((study / "study.json").read_text())
+    assert sorted(key["raters"]) == ["r01", "r02", "r03"] and len(key["episodes"]) == 4
+    for rater, trials in key["raters"].items():
+        assert len(trials) == 8 + 2 + 2 and len({t["trial"] for t in trials}) == 12
+        compared = [t for t in trials if not t["attention_check"] and t["repeat_of"] is None]
+        assert len(compared) == 8
+        assert len({(t["episode"], t["plan"], t["question"], frozenset((t["left"], t["right"]))) for t in compared}) == 8
+        by_id = {t["trial"]: t for t in trials}
+        repeats = [t for t in trials if t["repeat_of"] is not None]
+        assert len(repeats) == 2
+        for r in repeats:
+            o = by_id[r["repeat_of"]]
+            assert (r["episode"], r["plan"], r["question"]) == (o["episode"], o["plan"], o["question"])
+            assert (r["left"], r["right"]) == (o["right"], o["left"])              # the sides swapped
+        checks = [t for t in trials if t["attention_check"]]
+        assert len(checks) == 2 and all({c["left"], c["right"]} == {"realized", "corrupted"}
+                                        and c["expected"] == "realized" for c in checks)
+        assert all(t["episode"] in key["episodes"] for t in trials)
+    # Sides are drawn: over all raters both orders of some pair occur.
+    sides = [(t["left"], t["right"]) for ts in key["raters"].values() for t in ts if not t["attention_check"]]
+    assert any((b, a) in sides for a, b in sides)
+
+
+def test_pages_are_blind_offline_and_show_the_keyed_frames(tmp_path, study):
+    key = json.loads((study / "study.json").read_text())
+    codes = {"realized": 0, MODELS[0]: 1, MODELS[1]: 2}
+    for rater, trials in key["raters"].items():
+        page = study / "pages" / f"{rater}.html"
+        text = page.read_text()
+        for name in MODELS:                                 # method identity is hidden
+            assert name not in text
+        assert "http://" not in text and "https://" not in text and "default-src 'none'" in text
+        data = page_data(page)
+        assert data["rater"] == rater and data["study_digest"] == study_digest(study / "study.json")
+        assert "Consent text" in data["consent"]
+        assert [t["id"] for t in data["trials"]] == [t["trial"] for t in trials]
+        for shown, t in zip(data["trials"], trials):
+            p = PLANS.index(t["plan"])
+            assert len(shown["left"]) == len(shown["right"]) == T           # matched playback: equal lengths
+            ctx = decode(data["images"][shown["context"]])
+            assert np.array_equal(ctx, np.rint(_frames(0, t["episode"], p)[0, ..., 0] * 255).astype(np.uint8))
+            for side in ("left", "right"):
+                cand = t[side]
+                got = np.stack([decode(data["images"][i]) for i in shown[side]])
+                real = np.rint(_frames(codes.get(cand, 0), t["episode"], p)[1:, ..., 0] * 255).astype(np.uint8)
+                if cand == "corrupted":
+                    assert np.array_equal(got, 255 - real)                  # invert: the realized future's negative
+                else:
+                    assert np.array_equal(got, real), (rater, t["trial"], side, cand)
+            assert ("actions" in shown) == (t["question"] == "consistency")
+            if t["question"] == "consistency":
+                assert shown["actions"] == [t["plan"]] * T                  # the action labels, step by step
+
+
+def test_a_bad_design_is_refused_naming_the_key(tmp_path):
+    make_rollouts(tmp_path)
+    with pytest.raises(ConfigError, match="unknown key.*'episode_count'"):
+        load_design(write_design(tmp_path, episode_count=3))
+    with pytest.raises(ConfigError, match="questions"):
+        load_design(write_design(tmp_path, questions=["beauty"]))
+    with pytest.raises(ConfigError, match="repeats"):
+        load_design(write_design(tmp_path, repeats=9))
+    with pytest.raises(WmevalError, match="gamma-model.parquet: no rollouts of candidate 'gamma-model'.*alpha-model"):
+        export_study(write_design(tmp_path, candidates=["gamma-model", "realized"]), root=tmp_path)
+    with pytest.raises(ConfigError, match="episodes = 9: the rollouts have 6"):
+        export_study(write_design(tmp_path, episodes=9), root=tmp_path)
+    with pytest.raises(ConfigError, match="plans: 'up'"):
+        export_study(write_design(tmp_path, plans=["up"]), root=tmp_path)
+    assert not (tmp_path / "studies" / "pilot" / "study.json").exists()      # nothing half-written
+
+
+def answer(study: Path, rater: str, choose, **over) -> Path:
+    key = json.loads((study / "study.json").read_text())
+    answers = [{"trial": t["trial"], "choice": choose(t), "response_ms": 1500, "answered_at": "now"}
+               for t in key["raters"][rater]]
+    doc = {"format": ANSWERS_FORMAT, "study": "pilot", "study_digest": study_digest(study / "study.json"),
+           "rater": rater, "answers": answers, **over}
+    path = study / "answers" / f"answers-{rater}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def prefer(order):
+    def choose(t):
+        if t["attention_check"]:
+            return "left" if t["left"] == t["expected"] else "right"
+        return "left" if order.index(t["left"]) < order.index(t["right"]) else "right"
+    return choose
+
+
+def test_answers_are_checked_against_the_key(study):
+    order = ["realized", MODELS[0], MODELS[1]]
+    answer(study, "r01", prefer(order))
+    judgments, report = read_answers(study)
+    assert len(judgments) == 12 and report["raters_without_answers"] == ["r02", "r03"]
+    assert report["unanswered_trials"] == 0
+    row = judgments[~judgments.attention_check].iloc[0]
+    assert row["choice"] == min(row["left"], row["right"], key=order.index)
+    path = answer(study, "r02", prefer(order), study_digest="0" * 64)
+    with pytest.raises(WmevalError, match="answers-r02.json: answers to another export"):
+        read_answers(study)
+    doc = json.loads(path.read_text())
+    doc["study_digest"] = study_digest(study / "study.json")
+    doc["answers"][3]["trial"] = "r01-t001"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(WmevalError, match=r"answers\[3\]: trial 'r01-t001' is not one of rater 'r02'"):
+        read_answers(study)
+    doc["answers"][3] = dict(doc["answers"][2])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(WmevalError, match="answered twice"):
+        read_answers(study)
+    doc["answers"] = doc["answers"][:3] + [dict(doc["answers"][4], choice="middle")]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(WmevalError, match=r"answers\[3\]: choice 'middle'"):
+        read_answers(study)
+    doc["answers"] = doc["answers"][:3]                        # a rater who stopped early: counted, not dropped
+    path.write_text(json.dumps(doc))
+    _, report = read_answers(study)
+    assert report["unanswered_trials"] == 9 and report["per_rater"]["r02"] == {
+        "trials": 12, "answered": 3, "answers_file": "answers-r02.json"}
+
+
+def test_analysis_excludes_by_the_declared_rules_and_recovers_the_order(study):
+    order = ["realized", MODELS[0], MODELS[1]]
+    answer(study, "r01", prefer(order))
+    answer(study, "r02", prefer(order))
+    def careless(t):                                            # fails the attention checks
+        return ("right" if t["left"] == t["expected"] else "left") if t["attention_check"] else "left"
+
+    answer(study, "r03", careless)
+    summary, judgments = analyse_study(study, n_resamples=200)
+    ex = summary["exclusions"]
+    assert ex["raters_excluded"] == ["r03"] and ex["attention_check_trials"] == 6
+    assert ex["judgments_of_excluded_raters"] == 10 and ex["kept"] == 20 and ex["total"] == 36
+    assert int(judgments["analysed"].sum()) == 20
+    for q, entry in summary["per_question"].items():
+        ranked = [c["candidate"] for c in entry["candidates"]]
+        seen = [c for c in ranked if next(r for r in entry["candidates"] if r["candidate"] == c)["comparisons"]]
+        assert seen == [c for c in order if c in seen], (q, entry["candidates"])
+        for c in entry["candidates"]:
+            if c["comparisons"]:
+                assert c["win_rate_low"] <= c["win_rate"] <= c["win_rate_high"]
+        assert entry["intra_rater"]["agreement"] in (1.0, None)              # both kept raters are consistent
