@@ -31,8 +31,9 @@ def run() -> None:
     kcurves = pd.read_parquet(kpath) if kpath.exists() else None
     points = pd.read_parquet(POINTS)
     provenance = run_record(Path("."))
-    coverage = json.loads(COVERAGE.read_text())
     human = json.loads((HUMAN / "summary.json").read_text())
+    provenance["human_study"] = study_card(human)       # the study's protocol card (None without a study)
+    coverage = json.loads(COVERAGE.read_text())
     cards = protocol_cards(intervals, protocol)
     md, page = render(intervals, protocol, curves, kcurves, points, provenance, coverage, cards, human)
     # Everything is rendered before anything is written; each file is replaced atomically.

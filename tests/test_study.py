@@ -117,7 +117,9 @@ def test_each_rater_gets_the_declared_trials_repeats_and_checks(study):
         checks = [t for t in trials if t["attention_check"]]
         assert len(checks) == 2 and all({c["left"], c["right"]} == {"realized", "corrupted"}
                                         and c["expected"] == "realized" for c in checks)
-        assert all(t["episode"] in key["episodes"] for t in trials)
+        # Checks show episodes outside the study's: their realized clip is never one a compared trial shows.
+        assert all(t["episode"] in key["episodes"] for t in trials if not t["attention_check"])
+        assert all(c["episode"] not in key["episodes"] and 0 <= c["episode"] < EPISODES for c in checks)
     # Sides are drawn: over all raters both orders of some pair occur.
     sides = [(t["left"], t["right"]) for ts in key["raters"].values() for t in ts if not t["attention_check"]]
     assert any((b, a) in sides for a, b in sides)
@@ -133,6 +135,9 @@ def test_pages_are_blind_offline_and_show_the_keyed_frames(tmp_path, study):
             assert name not in text
         assert "http://" not in text and "https://" not in text and "default-src 'none'" in text
         data = page_data(page)
+        # Image ids mean nothing: no id is used by two trials (content-derived ids would mark the same clip).
+        per_trial = [{i for side in ("left", "right") for i in t[side]} | {t["context"]} for t in data["trials"]]
+        assert sum(map(len, per_trial)) == len(set().union(*per_trial)) == len(data["images"])
         assert data["rater"] == rater and data["study_digest"] == study_digest(study / "study.json")
         assert "Consent text" in data["consent"]
         assert [t["id"] for t in data["trials"]] == [t["trial"] for t in trials]
@@ -162,6 +167,14 @@ def test_a_bad_design_is_refused_naming_the_key(tmp_path):
         load_design(write_design(tmp_path, questions=["beauty"]))
     with pytest.raises(ConfigError, match="repeats"):
         load_design(write_design(tmp_path, repeats=9))
+    with pytest.raises(ConfigError, match="raters = .*they name files"):
+        load_design(write_design(tmp_path, raters=["../../escaped"]))
+    with pytest.raises(ConfigError, match="episodes = '3': expected a count or a list"):
+        load_design(write_design(tmp_path, episodes="3"))
+    with pytest.raises(ConfigError, match="seed = 1.5: expected an integer"):
+        load_design(write_design(tmp_path, seed=1.5))
+    with pytest.raises(ConfigError, match="min_loops >= 1"):
+        load_design(write_design(tmp_path, playback={"min_loops": 0}))
     with pytest.raises(WmevalError, match="gamma-model.parquet: no rollouts of candidate 'gamma-model'.*alpha-model"):
         export_study(write_design(tmp_path, candidates=["gamma-model", "realized"]), root=tmp_path)
     with pytest.raises(ConfigError, match="episodes = 9: the rollouts have 6"):
@@ -215,6 +228,14 @@ def test_answers_are_checked_against_the_key(study):
     path.write_text(json.dumps(doc))
     with pytest.raises(WmevalError, match=r"answers\[3\]: choice 'middle'"):
         read_answers(study)
+    for bad, message in ((dict(doc, answers={}), "'answers' is dict; expected the list"),
+                         (dict(doc, answers=["r02-t001"]), r"answers\[0\] is a str"),
+                         (dict(doc, answers=[dict(doc["answers"][0], response_ms=True)]), "response_ms True"),
+                         (dict(doc, answers=[dict(doc["answers"][0], response_ms=float("nan"))]), "response_ms nan"),
+                         (dict(doc, rater=["r02"]), r"rater \['r02'\] is not one of")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(WmevalError, match=message):
+            read_answers(study)
     doc["answers"] = doc["answers"][:3]                        # a rater who stopped early: counted, not dropped
     path.write_text(json.dumps(doc))
     _, report = read_answers(study)

@@ -50,8 +50,9 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 def inter_rater_alpha(judgments: pd.DataFrame) -> dict:
     """Krippendorff's alpha (nominal: which of the pair was chosen) between raters, over the items (trajectory,
-    plan, pair) that two or more raters judged; each rater's first answer to an item (repeats left out)."""
-    df = judgments[judgments["repeat_of"].isna()] if "repeat_of" in judgments else judgments
+    plan, pair) that two or more raters judged; each rater's first kept answer to an item (a repeat counts
+    only when the first showing was excluded)."""
+    df = judgments
     first = np.minimum(df["left"].to_numpy(dtype=object), df["right"].to_numpy(dtype=object))
     second = np.maximum(df["left"].to_numpy(dtype=object), df["right"].to_numpy(dtype=object))
     item = [f"{t}\x1f{p}\x1f{a}\x1f{b}" for t, p, a, b in
@@ -72,16 +73,20 @@ def inter_rater_alpha(judgments: pd.DataFrame) -> dict:
     return {"alpha": alpha, "items": int(matrix.shape[1]), "raters": int(matrix.shape[0]), "level": "nominal"}
 
 
-def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str) -> pd.DataFrame:
-    """Per (episode, source), a metric's value on the open-loop continuations, all plans pooled (the statistics
-    stage's ``episodes.parquet``)."""
-    sel = episodes[(episodes["world"] == world) & (episodes["metric"] == metric)
-                   & (episodes["regime"] == "open_loop") & (episodes["condition"] == "all")]
-    if sel.empty:
-        raise ValueError(f"episodes.parquet: no open-loop value of metric {metric!r} for world {world!r} "
-                         f"(metrics there: {sorted(episodes.loc[episodes['world'] == world, 'metric'].unique())})")
-    return pd.DataFrame({"trajectory": sel["episode"].to_numpy(), "candidate": sel["source"].to_numpy(),
-                         "value": sel["value"].to_numpy()})
+def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str, plan_conditions: dict[str, str]) -> pd.DataFrame:
+    """Per (episode, plan, source), a metric's value on the open-loop continuations of the plan's condition (the
+    statistics stage's ``episodes.parquet``; two random plans share the condition ``random``)."""
+    base = episodes[(episodes["world"] == world) & (episodes["metric"] == metric) & (episodes["regime"] == "open_loop")]
+    parts = []
+    for plan, cond in plan_conditions.items():
+        sel = base[base["condition"] == cond]
+        if sel.empty:
+            raise ValueError(f"episodes.parquet: no open-loop value of metric {metric!r} for world {world!r} under "
+                             f"condition {cond!r} (plan {plan!r}); metrics there: "
+                             f"{sorted(episodes.loc[episodes['world'] == world, 'metric'].unique())}")
+        parts.append(pd.DataFrame({"trajectory": sel["episode"].to_numpy(), "plan": plan,
+                                   "candidate": sel["source"].to_numpy(), "value": sel["value"].to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
 
 
 def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, evaluators: list[str] = (),
@@ -112,7 +117,8 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
     if judgments.empty:
         summary["status"] = "no answers yet"
         summary["per_question"] = {}
-        summary["evaluators"] = []
+        summary["evaluators"] = [{"metric": m, "validated": False, "verdict": "not validated",
+                                  "note": "no answers have come back yet"} for m in evaluators]
         return summary, judgments
     kept, excluded = apply_exclusions(judgments, rules)
     summary["exclusions"] = excluded
@@ -138,7 +144,9 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
                               "win_rate_high": float(w["high"]), "bradley_terry": float(b["point"]),
                               "bradley_terry_low": float(b["low"]), "bradley_terry_high": float(b["high"]),
                               "comparisons": int(((dq["left"] == c) | (dq["right"] == c)).sum())})
-            entry["candidates"] = sorted(table, key=lambda r: -r["bradley_terry"] if r["bradley_terry"] == r["bradley_terry"] else 0)
+            # Best first; a candidate never compared (no score) last.
+            entry["candidates"] = sorted(table, key=lambda r: (np.isnan(r["bradley_terry"]),
+                                                               -np.nan_to_num(r["bradley_terry"])))
         else:
             entry["candidates"] = []
             entry["note"] = "intervals need at least 2 raters and 2 trajectories after exclusions"
@@ -155,7 +163,7 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
                              f"(choose from {sorted(k for k, v in REGISTRY.items() if v.higher_is_better is not None)})")
         if episodes is None:
             raise ValueError("human.evaluators: validating a metric needs the statistics stage's episodes table")
-        scores = evaluator_scores(episodes, design["world"], metric)
+        scores = evaluator_scores(episodes, design["world"], metric, study["plan_conditions"])
         scored = set(scores["candidate"])
         for q in design["questions"]:
             dq = kept[kept["question"] == q].reset_index(drop=True)
@@ -164,7 +172,8 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
             rec = {"metric": metric, "question": q, "direction": "higher is better" if info.higher_is_better
                    else "lower is better", "judgments": int(len(dv)),
                    "judgments_without_scores": int((~both_scored).sum()),
-                   "scores": "per episode, open-loop continuations, all plans pooled (statistics stage)"}
+                   "scores": "per episode and plan: the open-loop value under the plan's condition (statistics "
+                             "stage), over all of a model's samples; the pages show sample 0"}
             if dv["rater"].nunique() >= 2 and dv["trajectory"].nunique() >= 2:
                 v = validate_evaluator(dv, scores, higher_is_better=bool(info.higher_is_better),
                                        n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)

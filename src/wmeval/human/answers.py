@@ -9,6 +9,7 @@ per rater, never silently dropped.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -50,7 +51,9 @@ def read_answers(folder: str | Path) -> tuple[pd.DataFrame, dict]:
     rows, seen_raters = [], {}
     for f in files:
         try:
-            ans = json.loads(f.read_text())
+            ans = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise WmevalError(f"{f}: cannot read an answers file ({e})") from None
         except json.JSONDecodeError as e:
             raise WmevalError(f"{f}: not valid JSON ({e})") from None
         if not isinstance(ans, dict) or ans.get("format") != ANSWERS_FORMAT:
@@ -63,16 +66,23 @@ def read_answers(folder: str | Path) -> tuple[pd.DataFrame, dict]:
                               f"{str(ans.get('study_digest'))[:12]}..., this study.json is {digest[:12]}...); "
                               "pages exported again are a new study")
         rater = ans.get("rater")
-        if rater not in study["raters"]:
+        if not isinstance(rater, str) or rater not in study["raters"]:
             raise WmevalError(f"{f}: rater {rater!r} is not one of the study's {sorted(study['raters'])}")
         if rater in seen_raters:
             raise WmevalError(f"{f}: a second answers file of rater {rater!r} (the first: {seen_raters[rater]})")
         seen_raters[rater] = f.name
         key = {t["trial"]: t for t in study["raters"][rater]}
         answered = set()
-        for i, a in enumerate(ans.get("answers") or []):
-            trial = a.get("trial") if isinstance(a, dict) else None
-            if trial not in key:
+        entries = ans.get("answers")
+        if not isinstance(entries, list):
+            raise WmevalError(f"{f}: 'answers' is {type(entries).__name__}; expected the list of answers a study page "
+                              "saves (an empty list for a rater who answered nothing)")
+        for i, a in enumerate(entries):
+            if not isinstance(a, dict):
+                raise WmevalError(f"{f}: answers[{i}] is a {type(a).__name__}; expected an object with trial, choice "
+                                  "and response_ms")
+            trial = a.get("trial")
+            if not isinstance(trial, str) or trial not in key:
                 raise WmevalError(f"{f}: answers[{i}]: trial {trial!r} is not one of rater {rater!r}'s trials")
             if trial in answered:
                 raise WmevalError(f"{f}: answers[{i}]: trial {trial!r} answered twice")
@@ -80,8 +90,9 @@ def read_answers(folder: str | Path) -> tuple[pd.DataFrame, dict]:
             if side not in ("left", "right"):
                 raise WmevalError(f"{f}: answers[{i}]: choice {side!r}; expected 'left' or 'right'")
             ms = a.get("response_ms")
-            if not isinstance(ms, (int, float)) or ms < 0:
-                raise WmevalError(f"{f}: answers[{i}]: response_ms {ms!r}; expected a non-negative number")
+            if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+                raise WmevalError(f"{f}: answers[{i}]: response_ms {ms!r}; expected a finite non-negative number "
+                                  "(milliseconds)")
             answered.add(trial)
             t = key[trial]
             rows.append({"rater": rater, "trial": trial, "trajectory": t["episode"], "plan": t["plan"],

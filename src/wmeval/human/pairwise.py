@@ -229,20 +229,23 @@ def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_i
     """The share of (weighted) judgments in which an automatic metric prefers the candidate the rater chose.
 
     ``scores``: columns ``trajectory, candidate, value``, the metric's value of each candidate's continuation
-    of each trajectory. A metric tie counts one half. A judgment whose candidate has no score is refused.
+    of each trajectory; with a ``plan`` column too (and one in the judgments), each judgment is scored on its
+    own plan. A metric tie counts one half. A judgment whose candidate has no score is refused.
     """
     df = check_judgments(judgments)
     _one_question(df)
     missing_cols = [c for c in ("trajectory", "candidate", "value") if c not in scores.columns]
     if missing_cols:
         raise ValueError(f"scores: columns {missing_cols} are missing")
-    value = scores.set_index(["trajectory", "candidate"])["value"]
+    by = ["trajectory", "plan"] if "plan" in scores.columns and "plan" in df else ["trajectory"]
+    value = scores.set_index([*by, "candidate"])["value"]
     if not value.index.is_unique:
-        raise ValueError("scores: more than one value for a (trajectory, candidate)")
+        raise ValueError(f"scores: more than one value for a ({', '.join(by)}, candidate)")
     chosen = np.where(df["choice"] == df["left"], df["left"], df["right"])
     other = np.where(df["choice"] == df["left"], df["right"], df["left"])
-    vc = value.reindex(pd.MultiIndex.from_arrays([df["trajectory"], chosen])).to_numpy(dtype=np.float64)
-    vo = value.reindex(pd.MultiIndex.from_arrays([df["trajectory"], other])).to_numpy(dtype=np.float64)
+    keys = [df[c].to_numpy() for c in by]
+    vc = value.reindex(pd.MultiIndex.from_arrays([*keys, chosen])).to_numpy(dtype=np.float64)
+    vo = value.reindex(pd.MultiIndex.from_arrays([*keys, other])).to_numpy(dtype=np.float64)
     gap = np.isnan(vc) | np.isnan(vo)
     if gap.any():
         row = int(np.flatnonzero(gap)[0])

@@ -33,6 +33,9 @@ import html
 import io
 import itertools
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -146,8 +149,39 @@ class StudyDesign:
         def fail(key: str, msg: str) -> None:
             raise ConfigError(f"{where}: {key} = {getattr(self, key)!r}: {msg}")
 
-        if not str(self.name).replace("-", "").replace("_", "").isalnum():
+        def is_int(x: Any) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        def is_id(x: Any) -> bool:
+            return isinstance(x, str) and x != "" and x.replace("-", "").replace("_", "").isalnum()
+
+        for key in ("name", "world", "population", "consent", "corruption", "rollouts"):
+            if not isinstance(getattr(self, key), str):
+                fail(key, "expected a string")
+        if not is_id(self.name):
             fail("name", "use letters, digits, '-' and '_' only")
+        for key in ("candidates", "questions"):
+            if not isinstance(getattr(self, key), list) or not all(isinstance(c, str) for c in getattr(self, key)):
+                fail(key, "expected a list of names")
+        if self.plans is not None and (not isinstance(self.plans, list)
+                                       or not all(isinstance(p, str) for p in self.plans)):
+            fail("plans", "expected a list of plan names, or null for all")
+        for key in ("trials_per_rater", "repeats", "attention_checks", "seed"):
+            if not is_int(getattr(self, key)):
+                fail(key, "expected an integer")
+        if not is_int(self.episodes) and not (isinstance(self.episodes, list) and self.episodes
+                                              and all(is_int(e) for e in self.episodes)):
+            fail("episodes", "expected a count or a list of episode ids")
+        if isinstance(self.episodes, list) and (len(set(self.episodes)) != len(self.episodes)
+                                                or len(self.episodes) < 2):
+            fail("episodes", "episode ids must be distinct, at least 2 of them")
+        if not is_int(self.raters) and not (isinstance(self.raters, list) and all(is_id(r) for r in self.raters)):
+            fail("raters", "expected a count, or a list of ids of letters, digits, '-' and '_' (they name files)")
+        for rule, value in self.exclusions.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ConfigError(f"{where}: exclusions.{rule} = {value!r}: expected a number or null")
+        if not isinstance(self.instructions, dict) or not all(isinstance(v, str) for v in self.instructions.values()):
+            fail("instructions", "expected a mapping of question to text")
         if len(self.candidates) < 2 or len(set(self.candidates)) != len(self.candidates):
             fail("candidates", "need at least two distinct candidates")
         if CORRUPTED in self.candidates:
@@ -157,11 +191,11 @@ class StudyDesign:
             fail("questions", f"choose from {sorted(QUESTIONS)}")
         if self.corruption not in CORRUPTIONS:
             fail("corruption", f"choose from {list(CORRUPTIONS)}")
-        if isinstance(self.episodes, int) and self.episodes < 2:
+        if is_int(self.episodes) and self.episodes < 2:
             fail("episodes", "need at least 2 episodes (intervals resample them)")
-        if isinstance(self.raters, int) and self.raters < 1:
+        if is_int(self.raters) and self.raters < 1:
             fail("raters", "need at least one rater")
-        if not isinstance(self.raters, int) and len(set(map(str, self.raters))) != len(self.raters):
+        if not is_int(self.raters) and len(set(self.raters)) != len(self.raters):
             fail("raters", "rater ids must be distinct")
         if self.trials_per_rater < 1:
             fail("trials_per_rater", "must be at least 1")
@@ -171,8 +205,12 @@ class StudyDesign:
             fail("attention_checks", "must be non-negative")
         if self.seed < 0:
             fail("seed", "must be non-negative")
-        if self.playback.fps <= 0 or self.playback.scale < 1 or self.playback.min_loops < 0:
-            raise ConfigError(f"{where}: playback = {self.playback}: fps > 0, scale >= 1, min_loops >= 0")
+        pb = self.playback
+        if not (isinstance(pb.fps, (int, float)) and pb.fps > 0 and is_int(pb.scale) and pb.scale >= 1
+                and is_int(pb.min_loops) and pb.min_loops >= 1 and is_int(pb.pause_ms) and pb.pause_ms >= 0
+                and isinstance(pb.loop, bool)):
+            raise ConfigError(f"{where}: playback = {pb}: fps > 0, scale >= 1, min_loops >= 1 (a rater sees "
+                              "both continuations play before answering), pause_ms >= 0, loop true or false")
         rules = set(self.exclusions) - {"max_failed_checks", "min_response_ms"}
         if rules:
             fail("exclusions", f"unknown rule(s) {sorted(rules)}")
@@ -214,6 +252,8 @@ class Clips:
     plans: list[str]
     digests: dict[str, str]                                 # file (relative) -> sha256
     action_labels: dict[float, str]
+    conditions: dict[str, str]                              # plan -> its condition (the statistics' grouping)
+    check_pool: list[tuple[int, str]]                       # (episode, plan) of the truth outside the study's
 
 
 def _sha256(path: Path) -> str:
@@ -224,9 +264,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict]:
-    """``{(episode, plan): (T, H, W, C)}`` of sample 0 in ``regime`` (steps t >= 1), the frames at t = 0, and the
-    actions, from one rollout file."""
+def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict, dict]:
+    """``{(episode, plan): (T, H, W, C)}`` of sample 0 in ``regime`` (steps t >= 1), the frames at t = 0, the
+    actions, and each plan's condition, from one rollout file."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -235,12 +275,13 @@ def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict]:
     schema = pq.read_schema(path)
     if "frame" not in schema.names:
         raise WmevalError(f"{path}: has no frames (column 'frame'); a study shows frames")
-    table = pq.read_table(path, columns=["episode", "plan", "sample", "regime", "t", "frame", "action"])
+    table = pq.read_table(path, columns=["episode", "plan", "condition", "sample", "regime", "t", "frame", "action"])
     table = table.filter(pc.and_(pc.equal(table["sample"], 0), pc.equal(table["regime"].cast("string"), regime)))
     if table.num_rows == 0:
         raise WmevalError(f"{path}: no {regime} rows of sample 0 ({where})")
     ep = table["episode"].to_numpy()
     plan = np.asarray(table["plan"].cast("string").to_pylist(), dtype=object)
+    conditions = dict(zip(plan.tolist(), table["condition"].cast("string").to_pylist()))
     t = table["t"].to_numpy()
     frames = tensor_numpy(table, "frame")
     if frames.dtype != np.uint8:
@@ -258,7 +299,7 @@ def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict]:
             ctx[k] = frames[idx[at0][0]]
         clips[k] = frames[idx[~at0]]
         acts[k] = actions[idx[~at0]]
-    return clips, ctx, acts
+    return clips, ctx, acts, conditions
 
 
 def load_clips(design: StudyDesign, root: Path) -> Clips:
@@ -269,7 +310,7 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
     if not gt.is_file():
         raise WmevalError(f"{gt}: missing; run the pipeline (`dvc repro rollouts`) with world {design.world!r} "
                           "before exporting a study of it")
-    truth, context, actions = _frames(gt, "realized", "the realized futures")
+    truth, context, actions, conditions = _frames(gt, "realized", "the realized futures")
     futures: dict[tuple[str, int, str], np.ndarray] = {}
     digests = {str(gt.relative_to(root)): _sha256(gt)}
     available: dict[str, set] = {REALIZED: set(truth)}
@@ -283,7 +324,7 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
             have = sorted(p.stem for p in folder.glob("*.parquet") if p.stem != "ground_truth")
             raise WmevalError(f"{path}: no rollouts of candidate {cand!r} in world {design.world!r} "
                               f"(models there: {have}; or '{REALIZED}')")
-        clips, _, _ = _frames(path, "open_loop", f"candidate {cand!r}")
+        clips, _, _, _ = _frames(path, "open_loop", f"candidate {cand!r}")
         digests[str(path.relative_to(root))] = _sha256(path)
         available[cand] = set(clips)
         for (e, p), f in clips.items():
@@ -323,8 +364,12 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
     for name, value in meta_actions.items():
         if isinstance(value, (int, float)):
             labels[float(value)] = str(name)
+    # Attention checks show episodes outside the study's where the rollouts have them, so that a check's
+    # realized clip is never one the rater also sees in a compared trial.
+    pool = sorted((e, p) for (e, p) in truth if e not in set(episodes) and p in plans and (e, p) in context)
     return Clips(context=context, futures=futures, actions=actions, episodes=episodes, plans=plans,
-                 digests=digests, action_labels=labels)
+                 digests=digests, action_labels=labels, conditions={p: conditions[p] for p in plans},
+                 check_pool=pool)
 
 
 def corrupt(frames: np.ndarray, how: str, rng: np.random.Generator) -> np.ndarray:
@@ -349,9 +394,13 @@ def png_data_uri(frame: np.ndarray) -> str:
 # ----------------------------------------------------------------------------------------------- trials
 
 
-def draw_trials(design: StudyDesign, episodes: list[int], plans: list[str]) -> dict[str, list[dict]]:
+def draw_trials(design: StudyDesign, episodes: list[int], plans: list[str],
+                check_pool: list[tuple[int, str]] | None = None) -> dict[str, list[dict]]:
     """Per rater, the trials in the order shown: dicts with ``trial`` (id), ``episode``, ``plan``,
-    ``question``, ``left``, ``right`` (candidate names), ``attention_check``, ``expected`` and ``repeat_of``."""
+    ``question``, ``left``, ``right`` (candidate names), ``attention_check``, ``expected`` and ``repeat_of``.
+
+    Attention checks come from ``check_pool`` ((episode, plan) outside the study's episodes) when it is not
+    empty, else from the (episode, plan) the rater's compared trials do not show, else from any."""
     pairs = list(itertools.combinations(design.candidates, 2))
     pool = [(e, p, q, a, b) for e in episodes for p in plans for q in design.questions for a, b in pairs]
     out = {}
@@ -372,9 +421,12 @@ def draw_trials(design: StudyDesign, episodes: list[int], plans: list[str]) -> d
             t["left"], t["right"] = t["right"], t["left"]
             t["repeat_of"] = j
             trials.append(t)
+        used = {(t["episode"], t["plan"]) for t in trials}
+        checkable = list(check_pool or []) or [(e, p) for e in episodes for p in plans if (e, p) not in used] \
+            or [(e, p) for e in episodes for p in plans]
         for _ in range(design.attention_checks):
-            e = int(episodes[rng.integers(len(episodes))])
-            p = plans[rng.integers(len(plans))]
+            e, p = checkable[int(rng.integers(len(checkable)))]
+            e = int(e)
             left, right = (REALIZED, CORRUPTED) if rng.integers(2) == 0 else (CORRUPTED, REALIZED)
             trials.append({"episode": e, "plan": p, "question": "realism", "left": left, "right": right,
                            "attention_check": True, "expected": REALIZED, "repeat_of": None})
@@ -405,12 +457,13 @@ def _action_text(actions: np.ndarray, labels: dict[float, str]) -> list[str]:
 
 
 def _page(design: StudyDesign, rater: str, trials: list[dict], clips: Clips, study_digest: str) -> str:
+    # Image ids mean nothing: a counter, fresh in every trial (ids derived from content would give away the
+    # same clip in two trials: a check's realized future, or a repeat).
     images: dict[str, str] = {}
 
     def ref(frame: np.ndarray) -> str:
-        uri = png_data_uri(frame)
-        key = hashlib.sha1(uri.encode()).hexdigest()[:12]
-        images.setdefault(key, uri)
+        key = f"i{len(images)}"
+        images[key] = png_data_uri(frame)
         return key
 
     corrupt_rng = make_rng(design.seed, "study", design.name, "corruption", rater)
@@ -442,10 +495,8 @@ def _page(design: StudyDesign, rater: str, trials: list[dict], clips: Clips, stu
 
 def export_study(design_path: str | Path, root: str | Path = ".", force: bool = False) -> Path:
     """Export the study declared in ``design_path``: ``study.json`` and ``pages/<rater>.html`` beside it.
-    Returns the study folder. Refuses to overwrite pages already exported unless ``force``; nothing is left
-    half-written (the files are written to a temporary folder and renamed into place)."""
-    from wmeval.tables.io import atomic_write_text
-
+    Returns the study folder. Refuses to overwrite a study already exported unless ``force``. The files are
+    written to a staging folder and moved into place at the end (the pages folder, then ``study.json``)."""
     design_path = Path(design_path)
     design = load_design(design_path)
     root = Path(root)
@@ -455,9 +506,11 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
         raise WmevalError(f"{study_file}: exists (the study was exported); pass --force to export it again. "
                           "Answers collected for the old pages only import against the old study.json")
     clips = load_clips(design, root)
-    trials = draw_trials(design, clips.episodes, clips.plans)
+    trials = draw_trials(design, clips.episodes, clips.plans, clips.check_pool)
     key = {"format": FORMAT, "design": _plain(asdict(design)), "questions": {q: QUESTIONS[q] for q in design.questions},
-           "episodes": clips.episodes, "plans": clips.plans, "rollouts": clips.digests,
+           "episodes": clips.episodes, "plans": clips.plans, "plan_conditions": clips.conditions,
+           "attention_check_episodes": sorted({t["episode"] for ts in trials.values() for t in ts
+                                               if t["attention_check"]}), "rollouts": clips.digests,
            "randomization": {"seed": design.seed, "generator": "numpy PCG64 via wmeval.core.make_rng(seed, 'study', "
                              "name, rater index)", "order": "trials drawn, sides, repeats, attention checks, "
                              "order shown"},
@@ -465,15 +518,21 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
     body = json.dumps(key, indent=1, sort_keys=True)
     digest = hashlib.sha256(body.encode()).hexdigest()
     pages = {r: _page(design, r, ts, clips, digest) for r, ts in trials.items()}
-    pages_dir = folder / "pages"
-    pages_dir.mkdir(parents=True, exist_ok=True)
-    (folder / "answers").mkdir(exist_ok=True)
-    for old in pages_dir.glob("*.html"):
-        if old.stem not in pages:
-            old.unlink()
-    for r, text in pages.items():
-        atomic_write_text(pages_dir / f"{r}.html", text)
-    atomic_write_text(study_file, body + "\n")
+    # Everything is written in a staging folder first; then the pages folder and study.json are moved into
+    # place (two renames at the very end), so a failure before them leaves the previous export untouched.
+    staging = Path(tempfile.mkdtemp(prefix=".export-tmp-", dir=folder))
+    try:
+        (staging / "pages").mkdir()
+        for r, text in pages.items():
+            (staging / "pages" / f"{r}.html").write_text(text, encoding="utf-8")
+        (staging / "study.json").write_text(body + "\n", encoding="utf-8")
+        (folder / "answers").mkdir(exist_ok=True)
+        if (folder / "pages").exists():
+            os.replace(folder / "pages", staging / "previous-pages")
+        os.replace(staging / "pages", folder / "pages")
+        os.replace(staging / "study.json", study_file)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 

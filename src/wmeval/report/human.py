@@ -50,6 +50,8 @@ def study_card(summary: dict[str, Any]) -> dict[str, str] | None:
                      f"{summary['interval']['confidence_level']:.0%}, seed {summary['interval']['seed']}; "
                      f"generalizes over {summary['interval']['generalizes_over']}"),
         "rollouts": "; ".join(f"{k} sha256 {v[:12]}" for k, v in summary["rollouts"].items()),
+        "evaluator scores": next((e["scores"] for e in summary.get("evaluators", []) if "scores" in e),
+                                 "no evaluator scored"),
     }
 
 
