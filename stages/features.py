@@ -5,10 +5,12 @@ import logging
 from pathlib import Path
 
 from wmeval.core.config import load_params
+from wmeval.core.execution import executor_for
 from wmeval.core.runner import main
 from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.encoders import build_encoder
 from wmeval.features import Caches, embed_file
+from wmeval.features.pool import EncoderPool
 from wmeval.tables import atomic_dir, read_metadata, write_table
 
 IN, OUT = Path("data/rollouts"), Path("data/features")
@@ -26,11 +28,13 @@ def run() -> None:
         for f in sorted((IN / name).glob("*.parquet")):
             check_made_with(f, read_metadata(f).get("world_config"), dataclasses.asdict(params.worlds[name]),
                             f"worlds.{name}")
+    ex = executor_for(params.execution)           # None: here; Ray: the encoder on actors, loaded once each
+    compute = EncoderPool(ex, params.encoder).embed if ex is not None else None
     with atomic_dir(OUT) as tmp:
         for name in params.worlds:
             (tmp / encoder.name / name).mkdir(parents=True)
             for f in sorted((IN / name).glob("*.parquet")):
-                table, stats = embed_file(f, encoder, caches=caches, made_with=made_with)
+                table, stats = embed_file(f, encoder, caches=caches, made_with=made_with, compute=compute)
                 write_table(table, tmp / encoder.name / name / f.name)
                 log.info("%s/%s: %d rows, %d from the cache, %d embedded", name, f.name, stats["rows"],
                          stats["hits"], stats["embedded"])

@@ -131,3 +131,28 @@ def test_large_rows_reach_the_encoder_in_bounded_chunks(tmp_path, monkeypatch):
     x = items(50)
     np.testing.assert_array_equal(FeatureCache(tmp_path, "k").embed(x, counting, chunk=30), enc(x))
     assert max(sizes) == 7 and sum(sizes) == 50
+
+
+def _recording_worker(args):
+    root, seed = args
+    c = FeatureCache(root, "k")
+    c.embed(np.concatenate([items(40), items(30, seed)]), enc)   # shared rows and its own
+    stats = c.stats.as_dict()
+    c.record(file=f"w{seed}", **{f"file_{k}": v for k, v in stats.items()})
+    return stats
+
+
+def test_counters_are_exact_under_concurrent_writers_without_a_lock(tmp_path):
+    """Four processes embed overlapping rows into one cache at once and record their counts: the totals are the
+    sum of what each saw (one record file each, no read-modify-write), and no lock file is used."""
+    from wmeval.features.cache import read_counters
+
+    with mp.get_context("spawn").Pool(4) as pool:
+        seen = pool.map(_recording_worker, [(tmp_path, s) for s in (1, 2, 3, 4)])
+    totals = read_counters(tmp_path, "k")
+    assert totals["records"] == 4
+    for k in ("rows", "hits", "embedded", "corrupt_shards"):
+        assert totals[k] == sum(s[k] for s in seen), k
+    assert totals["rows"] == 4 * 70 and totals["embedded"] >= 40 + 4 * 30
+    assert not list(tmp_path.rglob("*.lock")) and not list(tmp_path.rglob(".lock"))
+    assert read_counters(tmp_path)["k"]["records"] == 4

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from wmeval.core.config import Params
 from wmeval.core.errors import WmevalError
+from wmeval.core.execution import executor_for
 from wmeval.core.rng import make_rng
 from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.estimators.distributional import (
@@ -256,6 +257,7 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
     if pts.empty:
         return pd.DataFrame()
     settings = Settings.from_scoring(params.scoring)
+    executor = executor_for(params.execution)     # None: threads here; Ray: tasks on the cluster, same bits
     B = boot.n_resamples_distributional
     B_inf = min(boot.n_resamples_fd_infinity, B)      # the first B_inf of the same resamplings
     rows = []
@@ -267,9 +269,9 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
         counts = counts_for(world, "observation", B)
         with tqdm(total=(B + B_inf) * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False,
                   mininterval=5) as bar:
-            reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar)
+            reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar, executor=executor)
             inf_reps = (fd_infinity_replicates(sets, counts[:B_inf], settings, n_jobs=boot.n_jobs or None,
-                                               progress=bar)
+                                               progress=bar, executor=executor)
                         if (wpts.metric == "fd_infinity").any() else [])
         rows += replicate_rows(world, reps, wpts, boot, baselines.get(world), B)
         rows += replicate_rows(world, inf_reps, wpts, boot, baselines.get(world), B_inf)

@@ -237,6 +237,44 @@ def _check_human(human: HumanConfig, source: str) -> None:
 
 
 @dataclass(frozen=True)
+class ExecutionConfig:
+    """``execution``: where the heavy stages' shards run (README, "Scale-out on Ray"). It never changes an
+    output (tests/test_ray.py compares every byte), so no stage declares it as a DVC param.
+
+    Attributes:
+        name: the option's name.
+        kind: ``local`` (this process; Ray is not imported) or ``ray``.
+        address: ``ray`` only: ``auto`` (a running cluster), ``local`` (start one here), ``ray://host:port``
+            (Ray Client) or ``host:port`` (the head's GCS).
+        num_cpus: CPUs per encoder actor and per bootstrap task.
+        num_gpus: GPUs per encoder actor (the bootstrap's tasks use none).
+        actors: encoder actors (each loads the encoder once); 0: as many as the cluster has CPUs for.
+        rows_per_shard: frames or clips per encoder call, rounded up to whole encoder batches.
+        replicates_per_shard: bootstrap replicates per task.
+        max_retries: how often a shard whose worker died is retried (finished shards are kept).
+    """
+
+    name: str = "local"
+    kind: Literal["local", "ray"] = "local"
+    address: str = "auto"
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    actors: int = 0
+    rows_per_shard: int = 512
+    replicates_per_shard: int = 25
+    max_retries: int = 3
+
+
+def _check_execution(ex: ExecutionConfig, source: str) -> None:
+    if ex.num_cpus <= 0 or ex.num_gpus < 0 or ex.actors < 0 or ex.max_retries < 0:
+        raise ConfigError(f"{source}: execution: num_cpus = {ex.num_cpus} must be > 0, num_gpus = {ex.num_gpus}, "
+                          f"actors = {ex.actors} and max_retries = {ex.max_retries} >= 0")
+    if ex.rows_per_shard < 1 or ex.replicates_per_shard < 1:
+        raise ConfigError(f"{source}: execution: rows_per_shard = {ex.rows_per_shard} and replicates_per_shard = "
+                          f"{ex.replicates_per_shard} must be >= 1")
+
+
+@dataclass(frozen=True)
 class Params:
     worlds: dict[str, WorldConfig]
     models: dict[str, ModelsConfig]
@@ -246,6 +284,7 @@ class Params:
     dynamics: DynamicsConfig
     scoring: ScoringConfig
     human: HumanConfig = field(default_factory=HumanConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -380,7 +419,7 @@ def _check_bootstrap(boot: BootstrapConfig, source: str) -> None:
 #: The sections of params.yaml.
 SECTIONS = ("worlds", "models", "protocol", "encoder", "bootstrap", "dynamics", "scoring")
 #: Sections that may be left out (their defaults apply).
-OPTIONAL_SECTIONS = ("human",)
+OPTIONAL_SECTIONS = ("human", "execution")
 
 
 #: Params keys DVC 3's run cache leaves out of a stage's hash at any depth (``dvc/stage/cache.py``:
@@ -456,8 +495,10 @@ def validate_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     _check_scoring(scoring, f"{source}: scoring")
     human = parse_section(HumanConfig, raw.get("human") or {}, f"{source}: human")
     _check_human(human, source)
+    execution = parse_section(ExecutionConfig, raw.get("execution") or {}, f"{source}: execution")
+    _check_execution(execution, source)
     params = Params(worlds=worlds, models=models, protocol=protocol, encoder=encoder, bootstrap=boot,
-                    dynamics=dyn, scoring=scoring, human=human)
+                    dynamics=dyn, scoring=scoring, human=human, execution=execution)
     for k in worlds:
         _check_dynamics(world_dynamics(params, k, source), f"{source}: dynamics (with worlds.{k}.dynamics)")
     return params

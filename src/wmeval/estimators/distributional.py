@@ -725,26 +725,46 @@ class FDInfinity:
         return values, slopes, grid, per_size
 
 
+def _map_replicates(fn, items, n_jobs: int | None, progress, executor) -> list:
+    """``[fn(x) for x in items]``: on ``n_jobs`` threads with single-threaded BLAS, or as Ray tasks
+    (``executor``, also single-threaded BLAS) merged in item order. Each result depends on its item alone."""
+    if executor is not None:
+        return executor.map(fn, items, progress=None if progress is None else progress.update)
+    out = []
+    with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or os.cpu_count() or 1) as pool:
+        for v in pool.map(fn, items):
+            out.append(v)
+            if progress is not None:
+                progress.update()
+    return out
+
+
+class _FDInfinityReplicate:
+    """Replicate ``b`` of FD-infinity from row ``b`` of the counts (a picklable callable for Ray tasks)."""
+
+    def __init__(self, one: FDInfinity, counts: np.ndarray) -> None:
+        self.one, self.counts = one, counts
+
+    def __call__(self, b: int) -> np.ndarray:
+        return self.one(self.counts[b], b)[0]
+
+
 def fd_infinity_replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
-                           progress=None) -> list[Replicates]:
+                           progress=None, executor=None) -> list[Replicates]:
     """FD-infinity recomputed in every replicate (rows of ``counts`` ``(B, N)``), per view: its own
-    replicates, not the plug-in's spread. Serial and threaded runs agree (seeds per replicate)."""
+    replicates, not the plug-in's spread. Serial, threaded and Ray runs (``executor``:
+    :class:`wmeval.core.execution.RayExecutor`) agree (seeds per replicate)."""
     out = []
     for view, vs in sets.items():
-        one = FDInfinity.of(vs, counts.shape[1], cfg)
-        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or os.cpu_count() or 1) as pool:
-            reps = []
-            for r in pool.map(lambda b: one(counts[b], b)[0], range(counts.shape[0])):
-                reps.append(r)
-                if progress is not None:
-                    progress.update()
-        out.append(Replicates("fd_infinity", f"{view}:pooled", one.sources, np.stack(reps),
-                              n_clusters=_episode_counts(vs, one.sources, None)))
+        one = _FDInfinityReplicate(FDInfinity.of(vs, counts.shape[1], cfg), counts)
+        reps = _map_replicates(one, list(range(counts.shape[0])), n_jobs, progress, executor)
+        out.append(Replicates("fd_infinity", f"{view}:pooled", one.one.sources, np.stack(reps),
+                              n_clusters=_episode_counts(vs, one.one.sources, None)))
     return out
 
 
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
-               progress=None) -> list[Replicates]:
+               progress=None, executor=None) -> list[Replicates]:
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
 
     Each replicate depends only on its row of ``counts``: serial and parallel runs give identical
@@ -755,19 +775,15 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     Per view and stratum, one of two forms: with at most ``GRAM_ROWS_PER_DIM * d`` rows a side
     (Inception's d = 2048 against a few thousand rows), the row Grams are built once and every
     replicate works in the sample space (:class:`~wmeval.metrics.RowGrams`: nothing scales with d);
-    otherwise per-episode moments weighted by multiplicity (:class:`Moments`).
+    otherwise per-episode moments weighted by multiplicity (:class:`Moments`). With ``executor`` (Ray), the
+    replicates run as Ray tasks instead, each with single-threaded BLAS too: the same bits.
     """
     n_jobs = n_jobs or os.cpu_count() or 1
     out: list[Replicates] = []
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])
         sources = one.sources
-        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs) as pool:
-            fd = []
-            for v in pool.map(one, counts):
-                fd.append(v)
-                if progress is not None:
-                    progress.update()
+        fd = _map_replicates(one, counts, n_jobs, progress, executor)
         fd = np.stack(fd)                                                 # (B, 1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
         out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled))

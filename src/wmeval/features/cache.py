@@ -10,15 +10,18 @@ the input (a frame or a clip) with its dtype and shape. Each shard holds
   signature); embeddings are read only from the shards that hold requested rows.
 * Lookups embed only rows whose key is in no shard (a new model, a higher K, more
   episodes); a warm re-run embeds nothing.
-* Shards are written to a temporary file, fsynced and renamed under a lock, in
-  chunks, so an interrupted run keeps every finished chunk and two DVC queue
-  workers sharing the cache never see a half-written file.
+* Shards are written to a temporary file, fsynced and renamed, in chunks, so an
+  interrupted run keeps every finished chunk and concurrent writers (DVC queue
+  workers, Ray nodes on a shared filesystem) never see a half-written file. No
+  lock is taken (they are unreliable on network filesystems): a shard's name is
+  its content's sha256, so two writers of the same rows write the same file.
 * A shard is named by its own sha256: a truncated or corrupted file fails that
   check on read, is logged, moved to ``corrupt/`` and its rows are recomputed.
-* Counters (rows looked up, hits, embedded rows, corrupt shards) are logged, appended per
-  file to ``<root>/stats.jsonl`` (with the workspace and DVC experiment name) and summed per
-  encoder key in ``<root>/<key>/counters.json`` (updated under the key's lock), so that a
-  sweep's sharing of the cache can be checked after the fact (:func:`read_counters`).
+* Counters (rows looked up, hits, embedded rows, corrupt shards) are logged, written per
+  file as one record ``<root>/<key>/counters.d/<unique>.json`` (with the workspace and DVC
+  experiment name; also a line of ``<root>/stats.jsonl``) and summed per encoder key by
+  :func:`read_counters`: exact under concurrent writers, without a lock, so that a sweep's
+  sharing of the cache can be checked after the fact.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,11 +116,6 @@ class FeatureCache:
             except OSError:
                 pass
 
-    def _lock(self):
-        from filelock import FileLock
-
-        return FileLock(str(self.dir / ".lock"), timeout=600)
-
     def _atomic_write(self, path: Path, data: bytes) -> None:
         tmp = None
         try:
@@ -175,8 +175,10 @@ class FeatureCache:
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
         path = self.dir / f"{hashlib.sha256(data).hexdigest()}.parquet"
-        with self._lock():
-            self._atomic_write(path, data)
+        # No lock: the name is the content's sha256 and the rename is atomic, so two writers of the same rows
+        # (two DVC workspaces, two Ray nodes on a shared filesystem) write the same bytes under the same name,
+        # and a reader sees the whole file or none (locks are unreliable on network filesystems).
+        self._atomic_write(path, data)
         return path
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray:
@@ -242,33 +244,41 @@ class FeatureCache:
         return out
 
     def record(self, **context: Any) -> None:
-        """Append this cache object's counters to ``<root>/stats.jsonl`` and add ``context``'s file counts
-        to the encoder key's persistent totals (``<root>/<key>/counters.json``).
+        """Record this cache object's counters: one file per record, ``<root>/<key>/counters.d/<unique>.json``
+        (written to a temporary name and renamed: no lock, exact under any number of concurrent writers, on
+        a network filesystem too), summed by :func:`read_counters`; and a line in ``<root>/stats.jsonl``, a
+        log for people (one ``write`` on an append-mode file: whole lines on a local disk; on a network
+        filesystem lines from concurrent writers may interleave, so the counts come from the records).
 
-        Each line names the workspace (the stage's working directory) and the DVC experiment
+        Each record names the workspace (the stage's working directory) and the DVC experiment
         (``$DVC_EXP_NAME``, set by ``dvc exp run``; ``None`` for ``dvc repro``), so that the
         counters of a sweep can be told apart per experiment.
 
         Args:
-            **context: JSON-able fields for the line; ``file_rows``, ``file_hits``, ``file_embedded``
-                and ``file_corrupt_shards`` (one file's counts) are added to the totals.
+            **context: JSON-able fields for the record; ``file_rows``, ``file_hits``, ``file_embedded``
+                and ``file_corrupt_shards`` (one file's counts) are what :func:`read_counters` adds up.
         """
-        from filelock import FileLock
-
         if not self.writable:
             log.info("feature cache: %s is read-only; this run's counters are not recorded", self.dir)
             return
-        line = json.dumps({"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(),
-                           "workspace": os.getcwd(), "experiment": os.environ.get("DVC_EXP_NAME"), **context})
-        with FileLock(str(self.root / ".stats.lock"), timeout=600), \
-                open(self.root / "stats.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-        delta = {k: int(context.get(f"file_{k}", 0)) for k in COUNTERS}
-        with self._lock():
-            old = read_counters(self.root, self.key)
-            totals = {k: int(old.get(k, 0)) + delta[k] for k in COUNTERS}
-            totals["records"] = int(old.get("records", 0)) + 1
-            self._atomic_write(self.dir / COUNTERS_FILE, json.dumps(totals, indent=2, sort_keys=True).encode())
+        entry = {"time": time.time(), "encoder_key": self.key, **self.stats.as_dict(),
+                 "workspace": os.getcwd(), "experiment": os.environ.get("DVC_EXP_NAME"), **context}
+        line = json.dumps(entry)
+        records = self.dir / RECORDS_DIR
+        records.mkdir(exist_ok=True)
+        name = f"{time.time_ns()}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}.json"
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=records)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(line)
+            os.replace(tmp, records / name)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        fd = os.open(self.root / "stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
 
 
 def _open_folder(root: Path, folder: Path) -> bool:
@@ -302,9 +312,11 @@ def _open_folder(root: Path, folder: Path) -> bool:
     return True
 
 
-#: Counters kept per encoder key in ``<root>/<key>/counters.json`` (cumulative over every run).
+#: Counters summed per encoder key over its records (``<root>/<key>/counters.d/*.json``, one per file
+#: embedded by a stage run) and, for a cache made before records, its ``counters.json`` totals.
 COUNTERS = ("rows", "hits", "embedded", "corrupt_shards")
 COUNTERS_FILE = "counters.json"
+RECORDS_DIR = "counters.d"
 
 
 def read_counters(root: Path, key: str | None = None) -> dict[str, Any]:
@@ -324,19 +336,30 @@ def read_counters(root: Path, key: str | None = None) -> dict[str, Any]:
     """
     root = Path(root)
 
-    def one(k: str) -> dict[str, int]:
-        f = root / k / COUNTERS_FILE
-        if not f.is_file():
-            return {**{c: 0 for c in COUNTERS}, "records": 0}
+    def load(f: Path) -> dict:
         try:
             return json.loads(f.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise WmevalError(f"feature cache: {f} is not valid JSON ({e}); delete it to restart the counts") from None
 
+    def one(k: str) -> dict[str, int]:
+        f = root / k / COUNTERS_FILE
+        totals = load(f) if f.is_file() else {**{c: 0 for c in COUNTERS}, "records": 0}
+        totals = {c: int(totals.get(c, 0)) for c in (*COUNTERS, "records")}
+        for r in sorted((root / k / RECORDS_DIR).glob("*.json")):
+            rec = load(r)
+            for c in COUNTERS:
+                totals[c] += int(rec.get(f"file_{c}", 0))
+            totals["records"] += 1
+        return totals
+
     if key is not None:
         return one(key)
     out: dict[str, Any] = {}
-    for f in sorted(root.glob(f"*/{COUNTERS_FILE}")):
+    keys = {f.parent.name: f for f in root.glob(f"*/{COUNTERS_FILE}")}
+    keys.update({f.parent.parent.name: f for f in root.glob(f"*/{RECORDS_DIR}/*.json")})
+    for name in sorted(keys):
+        f = root / name / COUNTERS_FILE
         ident = f.parent / "encoder.json"
         out[f.parent.name] = {**one(f.parent.name),
                               "identity": json.loads(ident.read_text(encoding="utf-8")) if ident.is_file() else None}

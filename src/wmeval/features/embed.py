@@ -7,6 +7,7 @@ rows the cache has never seen for this encoder are computed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -105,11 +106,17 @@ class Caches:
 
 
 def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progress: bool = True,
-               caches: Caches | None = None, made_with: dict | None = None) -> tuple[pa.Table, dict]:
+               caches: Caches | None = None, made_with: dict | None = None,
+               compute: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[pa.Table, dict]:
     """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and this file's cache counters.
 
     ``made_with``: params recorded in the table's metadata (the stage records ``encoder_config``), which
-    the stages that read it check against theirs (:func:`wmeval.core.stale.check_made_with`)."""
+    the stages that read it check against theirs (:func:`wmeval.core.stale.check_made_with`). ``compute``:
+    what embeds the rows the cache lacks, from their stored bytes (default: ``encoder`` here; the Ray
+    execution passes :meth:`wmeval.features.pool.EncoderPool.embed`)."""
+    if compute is None:
+        def compute(raw: np.ndarray) -> np.ndarray:
+            return encoder(decode_frames(raw))
     where = f"{path.parent.name}/{path.name}"
     caches = caches or Caches(encoder, cache_dir)
     if encoder.clip:
@@ -127,7 +134,7 @@ def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progr
             if cache is None:
                 cache = caches.get(items)
                 before = cache.stats.as_dict()
-            embs.append(cache.embed(items, lambda raw: encoder(decode_frames(raw)), progress=bar.update))
+            embs.append(cache.embed(items, compute, progress=bar.update))
     frame_type = pq.read_schema(path).field("frame").type
     if cache is None:   # a file without rows
         cache = caches.get(np.empty((0, *frame_type.shape), frame_type.value_type.to_pandas_dtype()))

@@ -1,0 +1,155 @@
+"""Ray scale-out on this machine: throughput with 1 and 2 workers beside the local path, and the per-shard cost
+from which the README projects the time on N GPUs (a projection, labelled as such).
+
+Two workloads, the two that `execution=ray` shards:
+
+- features: the `random_conv` encoder (weight-free, 64 x 64 input) on synthetic 64 x 64 x 3 frames, through
+  :class:`wmeval.features.pool.EncoderPool` with 1 and 2 actors (1 CPU each), against the local call
+  ``encoder(decode_frames(raw))`` (torch on every core);
+- bootstrap: FD replicates (d = 64, 64 episodes x 32 rows a side) through :meth:`RayExecutor.map` with 1 and 2
+  CPUs, against the local threads (2).
+
+Every figure is the median of ``--repeats`` runs, all in one process, side by side. Usage:
+``python benchmarks/ray_scaling.py [--rows 8192] [--replicates 200] [--repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "ray_scaling.json"
+
+
+class FDReplicate:
+    """One FD replicate from a row of episode multiplicities (both sides resampled by episode, paired)."""
+
+    def __init__(self, real: np.ndarray, fake: np.ndarray, episodes: np.ndarray) -> None:
+        self.real, self.fake, self.episodes = real, fake, episodes
+
+    def __call__(self, counts: np.ndarray) -> float:
+        from wmeval.metrics.frechet import frechet_distance
+
+        w = counts[self.episodes].astype(np.float64)
+
+        def moments(x):
+            mu = (w[:, None] * x).sum(0) / w.sum()
+            xc = x - mu
+            return mu, (w[:, None] * xc).T @ xc / (w.sum() - 1)
+
+        return frechet_distance(*moments(self.real), *moments(self.fake))
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=8192)
+    ap.add_argument("--replicates", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rows-per-shard", type=int, default=512)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+
+    import ray
+
+    from wmeval.core.config import EncoderConfig, ExecutionConfig
+    from wmeval.core.execution import RayExecutor
+    from wmeval.encoders import build_encoder
+    from wmeval.features.pool import EncoderPool
+    from wmeval.tables import decode_frames
+
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(args.rows, 64, 64, 3), dtype=np.uint8)
+    enc_cfg = EncoderConfig(name="random_conv", kind="random_conv", comparable_to_published=False,
+                            params={"resolution": 64, "width": 32, "seed": 0}, device="cpu", batch_size=256)
+    encoder = build_encoder(enc_cfg)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    results: dict = {"command": "python benchmarks/ray_scaling.py " + " ".join(sys.argv[1:]),
+                     "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__},
+                     "settings": vars(args), "features": {}, "bootstrap": {}}
+    local_t, local_emb = timed(lambda: encoder(decode_frames(raw)), args.repeats)
+    results["features"]["local"] = {"seconds": local_t, "rows_per_s": args.rows / local_t}
+    for actors in (1, 2):
+        ex = RayExecutor(ExecutionConfig(kind="ray", address="local", actors=actors,
+                                         rows_per_shard=args.rows_per_shard))
+        pool = EncoderPool(ex, enc_cfg)
+        pool.embed(raw[: pool.rows])                                      # actors up, encoders built
+        t, emb = timed(lambda: pool.embed(raw), args.repeats)
+        shards = -(-args.rows // pool.rows)
+        results["features"][f"ray_{actors}"] = {
+            "seconds": t, "rows_per_s": args.rows / t, "shards": shards, "seconds_per_shard": t * actors / shards,
+            "identical_to_local": bool(np.array_equal(emb, local_emb))}
+        for a in pool.actors:
+            ray.kill(a)
+    # Per-shard compute on one actor alone (the encoder's time, without the driver's transfers).
+    one = EncoderPool(RayExecutor(ExecutionConfig(kind="ray", address="local", actors=1,
+                                                  rows_per_shard=args.rows_per_shard)), enc_cfg)
+    part = raw[: one.rows]
+    ray.get(one.actors[0].embed.remote(part))
+    t_shard, _ = timed(lambda: ray.get(one.actors[0].embed.remote(part)), max(3, args.repeats))
+    results["features"]["shard_compute_seconds"] = t_shard
+
+    # Bootstrap replicates.
+    n_eps, per, d = 64, 32, 64
+    episodes = np.repeat(np.arange(n_eps), per)
+    real = rng.standard_normal((n_eps * per, d))
+    fake = rng.standard_normal((n_eps * per, d)) + 0.1
+    counts = rng.multinomial(n_eps, np.full(n_eps, 1 / n_eps), size=args.replicates)
+    rep = FDReplicate(real, fake, episodes)
+
+    def local_threads():
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=2) as pool:
+            return list(pool.map(rep, counts))
+
+    t, local_reps = timed(local_threads, args.repeats)
+    results["bootstrap"]["local_2_threads"] = {"seconds": t, "replicates_per_s": args.replicates / t}
+    for cpus in (1, 2):
+        ray.shutdown()
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", replicates_per_shard=25))
+        ex.map(rep, counts[:25])
+        t, reps = timed(lambda: ex.map(rep, counts), args.repeats)
+        results["bootstrap"][f"ray_{cpus}_cpu"] = {"seconds": t, "replicates_per_s": args.replicates / t,
+                                                  "identical_to_local": reps == local_reps}
+    ray.shutdown()
+    f = results["features"]
+    per_shard = f["ray_1"]["seconds_per_shard"]          # end to end with one actor: compute + transfer + scheduling
+    rows = 1_000_000
+    shards = -(-rows // args.rows_per_shard)
+    results["projection"] = {
+        "label": "a projection, not a measurement: time(N workers) = shards x (measured seconds per shard with one "
+                 "actor, end to end) / N; it assumes shards spread evenly and the driver keeps up. On GPUs, put "
+                 "your own per-shard time (run this script on one GPU worker) in the same formula",
+        "rows": rows, "rows_per_shard": args.rows_per_shard, "shards": shards, "seconds_per_shard": per_shard,
+        "check_2_workers": {"projected_s": args.rows / args.rows_per_shard * per_shard / 2,
+                            "measured_s": f["ray_2"]["seconds"]},
+        "minutes_for_N_workers": {str(n): shards * per_shard / n / 60 for n in (1, 2, 8, 32, 128)},
+    }
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
