@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from wmeval.core.config import load_params, world_dynamics
+from wmeval.core.execution import executor_for
 from wmeval.core.runner import main
 from wmeval.rollouts import build_models
 from wmeval.rollouts.dynamics import dynamics_tables
@@ -37,6 +38,7 @@ def run() -> None:
     worlds = {name: build_world(name, dataclasses.asdict(wcfg)) for name, wcfg in params.worlds.items()}
     for name, world in worlds.items():
         check_memory(world, params.protocol, len(params.models[name].entries) if name in params.models else 0)
+    ex = executor_for(params.execution)           # None: here; Ray: each model on its own actor
     with atomic_dir(OUT) as tmp:
         for name, wcfg in params.worlds.items():
             world = worlds[name]
@@ -45,10 +47,12 @@ def run() -> None:
             (tmp / name / "dynamics").mkdir(parents=True)
             # Each block of episodes of each observation table is written as it comes (one model's block in
             # memory at a time).
-            rows = write_blocks(world_tables(wcfg, entries, params.protocol, world=world, models=models), tmp / name)
+            rows = write_blocks(world_tables(wcfg, entries, params.protocol, world=world, models=models,
+                                             executor=ex), tmp / name)
             for source, n in rows.items():
                 log.info("%s/%s: %d rows", name, source, n)
-            dyn, skipped = dynamics_tables(wcfg, world, models, world_dynamics(params, name), params.protocol)
+            dyn, skipped = dynamics_tables(wcfg, world, models, world_dynamics(params, name), params.protocol,
+                                           executor=ex, models_cfg=entries)
             for model, reason in skipped.items():
                 log.info("%s/%s: no dynamics layers: %s", name, model, reason)
             for source, table in dyn.items():

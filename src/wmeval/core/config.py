@@ -246,8 +246,8 @@ class ExecutionConfig:
         kind: ``local`` (this process; Ray is not imported) or ``ray``.
         address: ``ray`` only: ``auto`` (a running cluster), ``local`` (start one here), ``ray://host:port``
             (Ray Client) or ``host:port`` (the head's GCS).
-        num_cpus: CPUs per encoder actor and per bootstrap task.
-        num_gpus: GPUs per encoder actor (the bootstrap's tasks use none).
+        num_cpus: CPUs per model actor, encoder actor and bootstrap task.
+        num_gpus: GPUs per model actor and encoder actor (the bootstrap's tasks use none).
         actors: encoder actors (each loads the encoder once); 0: as many as the cluster has CPUs for.
         rows_per_shard: frames or clips per encoder call, rounded up to whole encoder batches.
         replicates_per_shard: bootstrap replicates per task.

@@ -50,7 +50,7 @@ class RayExecutor:
         except ImportError:
             raise ConfigError("execution.kind = 'ray' needs Ray: pip install -e \".[ray]\" (or choose "
                               "execution=local)") from None
-        self.cfg, self.ray = execution, ray
+        self.cfg, self._ray = execution, ray
         if not ray.is_initialized():
             address = None if execution.address == "local" else execution.address
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
@@ -67,25 +67,42 @@ class RayExecutor:
         chunk = chunk or self.cfg.replicates_per_shard
         if not len(items):
             return []
-        ref = self.ray.put(fn)
+        ref = self._ray.put(fn)
         parts = [items[i:i + chunk] for i in range(0, len(items), chunk)]
         futures = [self._run.remote(ref, p) for p in parts]
         out: list = [None] * len(futures)
         index = {f: i for i, f in enumerate(futures)}
         pending = list(futures)
         while pending:
-            done, pending = self.ray.wait(pending, num_returns=1)
+            done, pending = self._ray.wait(pending, num_returns=1)
             for f in done:
-                out[index[f]] = self.ray.get(f)
+                out[index[f]] = self._ray.get(f)
                 if progress is not None:
                     progress(len(out[index[f]]))
         return [x for part in out for x in part]
+
+    @property
+    def ray(self):
+        """The ``ray`` module, connected."""
+        return self._ray
+
+    def capacity(self) -> int:
+        """How many actors of this config the cluster can hold at once (its CPUs, and GPUs when asked for)."""
+        res, cfg = self._ray.cluster_resources(), self.cfg
+        n = int(res.get("CPU", 1) // cfg.num_cpus)
+        if cfg.num_gpus:
+            n = min(n, int(res.get("GPU", 0) // cfg.num_gpus))
+        return max(1, n)
 
     def actors(self, cls: type, *args: Any, n: int = 0, num_gpus: float | None = None) -> list:
         """``n`` actors of ``cls(*args)`` (0: one per ``num_cpus`` the cluster has), each restarted when its
         process dies, its pending calls retried up to ``max_retries`` times."""
         cfg = self.cfg
-        n = n or cfg.actors or max(1, int(self.ray.cluster_resources().get("CPU", 1) // cfg.num_cpus))
-        actor = self.ray.remote(cls).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus if num_gpus is None
+        room = self.capacity()
+        n = n or cfg.actors or room
+        if n > room:   # an actor holds its resources for life: one that cannot be placed would wait forever
+            log.warning("execution: %d actors asked for, the cluster holds %d at once; starting %d", n, room, room)
+            n = room
+        actor = self._ray.remote(cls).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus if num_gpus is None
                                              else num_gpus, max_restarts=-1, max_task_retries=cfg.max_retries)
         return [actor.remote(*args) for _ in range(n)]

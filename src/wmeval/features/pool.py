@@ -16,9 +16,13 @@ log = logging.getLogger(__name__)
 class EncoderActor:
     """Builds the encoder once on its worker (weights verified there), then embeds raw stored frames or clips."""
 
-    def __init__(self, encoder_config: Any) -> None:
+    def __init__(self, encoder_config: Any, cwd: str) -> None:
+        import os
+
         from wmeval.encoders import build_encoder
 
+        if os.path.isdir(cwd):                      # the project folder, when this node sees it (weights_dir)
+            os.chdir(cwd)
         self.encoder = build_encoder(encoder_config)
 
     def embed(self, raw: np.ndarray) -> np.ndarray:
@@ -31,7 +35,9 @@ class EncoderPool:
     """Encoder actors; :meth:`embed` is a drop-in for ``encoder(decode_frames(raw))``."""
 
     def __init__(self, ex: RayExecutor, encoder_config: Any) -> None:
-        self.ray, self.actors = ex.ray, ex.actors(EncoderActor, encoder_config)
+        import os
+
+        self.ray, self.actors = ex.ray, ex.actors(EncoderActor, encoder_config, os.getcwd())
         batch = max(1, int(encoder_config.batch_size))
         self.rows = batch * max(1, math.ceil(ex.cfg.rows_per_shard / batch))
         log.info("execution: %d encoder actors, %d rows per shard", len(self.actors), self.rows)

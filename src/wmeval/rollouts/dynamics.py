@@ -400,12 +400,82 @@ def _tables(meta: dict[str, Any], blocks: dict[str, list[pa.Table]]) -> dict[str
             for name, parts in blocks.items() if parts}
 
 
+def _queries_setup(world: World, dyn: DynamicsConfig, protocol: ProtocolConfig) -> tuple[np.ndarray, list[Plan], int]:
+    """The start states, the plans and the number of realized futures every source is queried with."""
+    s0 = world.initial_states(dyn.n_episodes, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
+    plans = world.plans(dyn.n_episodes, dyn.horizon, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))
+    return s0, plans, protocol.num_futures if world.stochastic else 1
+
+
+def _source_rows(q: _Queries, name: str, pred: StatePredictor, m: int, protocol: ProtocolConfig) -> None:
+    stochastic = getattr(pred.model, "stochastic", False)
+    samples = m if name == GROUND_TRUTH else (protocol.num_samples if stochastic else 1)
+    q.plan_rows(name, pred, samples)
+    q.planner_rows(name, pred, samples)
+    q.probe_rows(name, pred, samples)
+    q.control_rows(name, pred)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+class DynamicsActor:
+    """One model's dynamics queries on a Ray worker (``execution.kind: ray``): builds the world and the model
+    once, answers the same queries from the same seeded streams as the stage does here, and returns the
+    model's rows and its additions to the ground truth's (the real world under its planner's actions)."""
+
+    def __init__(self, wcfg: WorldConfig, name: str, cfg: dict, cwd: str) -> None:
+        import os
+
+        from wmeval.rollouts.episodes import build_models
+        from wmeval.worlds import build_world
+
+        if os.path.isdir(cwd):
+            os.chdir(cwd)
+        self.world = build_world(wcfg.name, dataclasses.asdict(wcfg))
+        self.name = name
+        self.model = build_models(self.world, {name: dict(cfg)})[name]
+
+    def rows(self, dyn: DynamicsConfig, protocol: ProtocolConfig) -> tuple[list[pa.Table], list[pa.Table]]:
+        s0, plans, m = _queries_setup(self.world, dyn, protocol)
+        predictors, _ = _predictors(self.world, {self.name: self.model}, dyn, s0, plans[0].actions[:1, :1])
+        q = _Queries(self.world, dyn, s0, plans, m, predictors[GROUND_TRUTH], {GROUND_TRUTH: [], self.name: []},
+                     _NoBar())
+        _source_rows(q, self.name, predictors[self.name], m, protocol)
+        return q.blocks[GROUND_TRUTH], q.blocks[self.name]
+
+
+def _rows_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], names: list[str], dyn: DynamicsConfig,
+                    protocol: ProtocolConfig, executor: Any, bar: Any, per_source: int) -> dict[str, tuple]:
+    """``{model: (its ground-truth additions, its rows)}``, each model on its own actor, in waves of as many
+    actors as the cluster holds at once (an actor keeps its CPUs for its life)."""
+    import os
+
+    out: dict[str, tuple] = {}
+    wave = executor.capacity()
+    for w in range(0, len(names), wave):
+        group = names[w:w + wave]
+        actors = {n: executor.actors(DynamicsActor, wcfg, n, dict(models_cfg[n]), os.getcwd(), n=1)[0] for n in group}
+        futures = {n: actors[n].rows.remote(dyn, protocol) for n in group}
+        for n in group:
+            out[n] = executor.ray.get(futures[n])
+            bar.update(per_source)
+            executor.ray.kill(actors[n])
+    return out
+
+
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
-                    protocol: ProtocolConfig, progress: bool = True) -> tuple[dict[str, pa.Table], dict[str, str]]:
+                    protocol: ProtocolConfig, progress: bool = True, executor: Any = None,
+                    models_cfg: dict[str, dict] | None = None) -> tuple[dict[str, pa.Table], dict[str, str]]:
     """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out.
 
     A world that cannot run them (see :func:`not_applicable`) gets one empty ground-truth table whose
     metadata says why, so that every later stage and the scorecard say "not applicable" instead of nothing.
+    With ``executor`` (Ray) and ``models_cfg``, each model's queries run on its own actor
+    (:class:`DynamicsActor`) and the rows are assembled in the order the stage makes them here: the same
+    tables. The control-based queries of an environment world (snapshots in this process) run here.
     """
     why = not_applicable(world)
     if why is None and hasattr(world, "observe"):
@@ -415,22 +485,25 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
         meta = _meta(wcfg, world, dyn, 0, skipped, plans={}, counterfactual_pairs=[], tasks={}, probes={},
                      not_applicable=why)
         return _tables(meta, {GROUND_TRUTH: [pa.table({"world": pa.array([], pa.string())})]}), skipped
-    n, H = dyn.n_episodes, dyn.horizon
-    s0 = world.initial_states(n, make_rng(dyn.seed, world.name, "dynamics_initial_states"))
-    plans = world.plans(n, H, dyn.n_random_plans, make_rng(dyn.seed, world.name, "dynamics_plans"))
-    m = protocol.num_futures if world.stochastic else 1
+    s0, plans, m = _queries_setup(world, dyn, protocol)
     tasks, probes = world.tasks(), world.probes()
     predictors, skipped = _predictors(world, models, dyn, s0, plans[0].actions[:1, :1])
-    steps = len(predictors) * (len(plans) + 1 + len(probes) + len(tasks))
-    with tqdm(total=steps, desc=f"dynamics {world.name}", unit="rollout", disable=not progress) as bar:
+    per_source = len(plans) + 1 + len(probes) + len(tasks)
+    remote = executor is not None and models_cfg is not None and len(predictors) > 1
+    with tqdm(total=len(predictors) * per_source, desc=f"dynamics {world.name}" + (" (ray)" if remote else ""),
+              unit="rollout", disable=not progress) as bar:
         q = _Queries(world, dyn, s0, plans, m, predictors[GROUND_TRUTH], {k: [] for k in predictors}, bar)
-        for name, pred in predictors.items():
-            stochastic = getattr(pred.model, "stochastic", False)
-            samples = m if name == GROUND_TRUTH else (protocol.num_samples if stochastic else 1)
-            q.plan_rows(name, pred, samples)
-            q.planner_rows(name, pred, samples)
-            q.probe_rows(name, pred, samples)
-            q.control_rows(name, pred)
+        if remote:
+            _source_rows(q, GROUND_TRUTH, predictors[GROUND_TRUTH], m, protocol)
+            names = [n for n in predictors if n != GROUND_TRUTH]
+            done = _rows_on_actors(wcfg, models_cfg, names, dyn, protocol, executor, bar, per_source)
+            for name in names:                      # the order the loop below appends them in
+                truth_rows, rows = done[name]
+                q.blocks[GROUND_TRUTH].extend(truth_rows)
+                q.blocks[name].extend(rows)
+        else:
+            for name, pred in predictors.items():
+                _source_rows(q, name, pred, m, protocol)
     meta = _meta(wcfg, world, dyn, m, skipped, plans={p.name: p.condition for p in plans},
                  counterfactual_pairs=world.counterfactual_pairs(),
                  tasks={t.name: {"start": list(t.start), "description": t.description} for t in tasks},

@@ -371,14 +371,21 @@ def _check_block(first: dict[str, pa.Schema], source: str, table: pa.Table, worl
 
 def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
                  progress: bool = True, *, world: World | None = None,
-                 models: dict[str, Any] | None = None) -> Iterator[tuple[str, pa.Table]]:
+                 models: dict[str, Any] | None = None, executor: Any = None) -> Iterator[tuple[str, pa.Table]]:
     """Every observation table of one world, one block of episodes at a time (:func:`episode_blocks`): for each
     block ``("ground_truth", rows)``, then each model's ``(name, rows)``. A source's blocks have one schema and
     one metadata (checked), so that they append to one file in order.
 
-    The stage writes each block as it comes, so that no more than one model's block is held at once."""
+    The stage writes each block as it comes, so that no more than one model's block is held at once. With
+    ``executor`` (:class:`wmeval.core.execution.RayExecutor`) every model predicts on its own Ray actor
+    (:class:`ModelActor`): a block's models run side by side, and their tables are
+    yielded in the same order, so the files are the same bytes. A world that keeps snapshots (a Gymnasium
+    world: its environments live in this process) predicts here."""
     world = world if world is not None else build_world(wcfg.name, dataclasses.asdict(wcfg))
     models = models if models is not None else build_models(world, models_cfg)
+    if executor is not None and not hasattr(world, "checkpoint") and models:
+        yield from _world_tables_on_actors(wcfg, models_cfg, protocol, progress, world, models, executor)
+        return
     # A world that keeps snapshots (a Gymnasium world) adds one per step of every rollout, a model's too:
     # each model's are dropped once its block is out, each block's once every model's is, and the initial
     # states' at the end.
@@ -413,6 +420,71 @@ def world_tables(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: Proto
     if start is not None:
         del eps
         world.rewind(start)
+
+
+class ModelActor:
+    """One model of one world on a Ray worker (``execution.kind: ray``): builds the world and the model once
+    (fitting it from its seeded config, as the stage does here), then predicts block after block of episodes
+    drawn and realized by the driver. ``cwd``: the project folder, entered when this node sees it (a model's
+    files and an imported model's predictions are named relative to it)."""
+
+    def __init__(self, wcfg: WorldConfig, name: str, cfg: dict, cwd: str) -> None:
+        if os.path.isdir(cwd):
+            os.chdir(cwd)
+        self.world = build_world(wcfg.name, dataclasses.asdict(wcfg))
+        self.name, self.cfg = name, dict(cfg)
+        self.model = build_models(self.world, {name: self.cfg})[name]
+
+    def table(self, wcfg: WorldConfig, protocol: ProtocolConfig, block: Episodes,
+              blocks: list[tuple[int, int]]) -> pa.Table:
+        return model_table(self.model, self.name, self.cfg, self.world, wcfg, protocol, block, None, blocks)
+
+    def unread_files(self) -> list:
+        return self.model.unread_files() if hasattr(self.model, "unread_files") else []
+
+
+def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
+                            progress: bool, world: World, models: dict[str, Any],
+                            executor: Any) -> Iterator[tuple[str, pa.Table]]:
+    """:func:`world_tables` with each model on a Ray actor. An actor holds its CPUs (and GPUs) for its life, so
+    models run in waves of as many actors as the cluster has room for (more would wait forever for a model
+    that is never released); each wave's blocks are realized again from their seeded streams (the same
+    episodes), and every source's blocks still reach its file in block order."""
+    eps = draw_episodes(world, protocol)
+    eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))
+    blocks = episode_blocks(protocol.n_episodes, protocol.episode_block)
+    names = list(models)
+    wave = executor.capacity()
+    first: dict[str, pa.Schema] = {}
+    with tqdm(total=len(blocks) * len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name} (ray)",
+              unit="rollout", disable=not progress) as bar:
+        for w in range(0, len(names), wave):
+            group = names[w:w + wave]
+            actors = {name: executor.actors(ModelActor, wcfg, name, dict(models_cfg[name]), os.getcwd(), n=1)[0]
+                      for name in group}
+            for i, (lo, hi) in enumerate(blocks):
+                block = realize(world, protocol, eps, i, lo, hi)
+                if w == 0:
+                    table = ground_truth_table(world, wcfg, protocol, block)
+                    _check_block(first, GROUND_TRUTH, table, world, lo, hi)
+                    yield GROUND_TRUTH, table
+                    del table
+                ref = executor.ray.put(block)
+                futures = {name: actors[name].table.remote(wcfg, protocol, ref, blocks) for name in group}
+                for name in group:
+                    table = executor.ray.get(futures.pop(name))
+                    bar.update(len(eps.plans) + 1)
+                    _check_block(first, name, table, world, lo, hi)
+                    yield name, table
+                    del table
+                del block, ref
+            for name, actor in actors.items():
+                model = models[name]
+                if hasattr(model, "unread_files"):
+                    unread = executor.ray.get(actor.unread_files.remote())
+                    model.unread_files = lambda unread=unread: unread    # what the actor read, not this copy
+                _warn_unread(model, name, world)
+                executor.ray.kill(actor)
 
 
 def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
