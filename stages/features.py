@@ -1,5 +1,6 @@
 """Stage features: embed every rollout frame or clip -> data/features/<encoder>/<world>/<source>.parquet."""
 
+import contextlib
 import dataclasses
 import logging
 from pathlib import Path
@@ -29,12 +30,13 @@ def run() -> None:
             check_made_with(f, read_metadata(f).get("world_config"), dataclasses.asdict(params.worlds[name]),
                             f"worlds.{name}")
     ex = executor_for(params.execution)           # None: here; Ray: the encoder on actors, loaded once each
-    compute = EncoderPool(ex, params.encoder).embed if ex is not None else None
-    with atomic_dir(OUT) as tmp:
+    with contextlib.ExitStack() as stack, atomic_dir(OUT) as tmp:
+        pool = None if ex is None else stack.enter_context(EncoderPool.open(ex, params.encoder, encoder.device))
+        many = None if pool is None else pool.embed_many
         for name in params.worlds:
             (tmp / encoder.name / name).mkdir(parents=True)
             for f in sorted((IN / name).glob("*.parquet")):
-                table, stats = embed_file(f, encoder, caches=caches, made_with=made_with, compute=compute)
+                table, stats = embed_file(f, encoder, caches=caches, made_with=made_with, compute_many=many)
                 write_table(table, tmp / encoder.name / name / f.name)
                 log.info("%s/%s: %d rows, %d from the cache, %d embedded", name, f.name, stats["rows"],
                          stats["hits"], stats["embedded"])

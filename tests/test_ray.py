@@ -4,6 +4,7 @@ imports Ray; the shared embedding cache stays whole and its counters exact under
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -86,9 +87,27 @@ def _scorecard_without_run_record(project: Path) -> str:
     return md[md.index("## At a glance"):md.index("## Provenance")]
 
 
+def _wait_for(address: str, nodes: int, env: dict, procs: list, timeout: float = 120.0) -> None:
+    """Until the cluster at ``address`` has ``nodes`` live nodes (or a node's process died)."""
+    code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+            "print(sum(n['Alive'] for n in ray.nodes()))")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            raise AssertionError(f"a ray node exited ({dead[0].args}):\n{dead[0].stdout.read()[-3000:]}")
+        r = subprocess.run([sys.executable, "-c", code, address], env=env, capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [str(nodes)]:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"the test cluster at {address} did not show {nodes} nodes in {timeout} s")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head node and a second node, each a `ray start` with its own resources (1 CPU each)."""
+    """A head node and a second node, each a `ray start --block` with its own resources (1 CPU each), in their
+    own process groups: the teardown stops exactly these (never `ray stop`, which would stop every Ray on the
+    machine, a developer's own cluster included)."""
     pytest.importorskip("ray")
     tmp = tmp_path_factory.mktemp("ray")
     port = _free_port()
@@ -97,14 +116,32 @@ def cluster(tmp_path_factory):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_AUTH_MODE": "disabled"}
     ray = str(BIN / "ray")
+    address = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str) -> None:
+        procs.append(subprocess.Popen([ray, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                                       "--num-gpus=0", "--disable-usage-stats", *args], cwd=tmp, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+
     try:
-        _run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=1",
-              "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"], tmp, env)
-        _run([ray, "start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-              "--num-gpus=0", "--resources={\"second_node\": 1}", "--disable-usage-stats"], tmp, env)
-        yield f"127.0.0.1:{port}", env
+        start("--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={tmp}")
+        _wait_for(address, 1, env, procs)
+        start(f"--address={address}", "--resources={\"second_node\": 1}")
+        _wait_for(address, 2, env, procs)
+        yield address, env
     finally:
-        _run([ray, "stop", "--force"], tmp, env, check=False)
+        for p in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
 
 
 def _actor_pids() -> list[int]:
@@ -160,3 +197,54 @@ def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tm
         assert counters and all(c["corrupt_shards"] == 0 for c in counters.values())
     emb = {c: sum(v["embedded"] for v in read_counters(tmp_path / c).values()) for c in ("cache-local", "cache-ray")}
     assert emb["cache-local"] == emb["cache-ray"] > 0
+
+
+@pytest.mark.slow
+def test_an_actor_killed_mid_shard_is_retried_and_finished_shards_are_kept(tmp_path):
+    """Fault tolerance at the level the stages rely on: in an actor group (wmeval's placement and retry
+    options), the process of an actor busy with a shard is killed; that shard runs again on the restarted
+    actor, the results come back whole and in order, and no finished shard runs twice."""
+    ray = pytest.importorskip("ray")
+    from ray.util import ActorPool
+
+    from wmeval.core.execution import RayExecutor
+
+    class Slow:
+        def __init__(self, marker: str) -> None:
+            self.marker = marker
+
+        def work(self, x: int) -> tuple[int, int]:
+            with open(self.marker, "a") as fh:
+                fh.write(f"start {x} {os.getpid()} {time.time()}\n")
+            time.sleep(1.5)
+            return x, 2 * x
+
+    marker = tmp_path / "calls.txt"
+    marker.touch()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)   # a new one, here
+    try:
+        ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", max_retries=2))
+        with ex.actor_group(Slow, [(str(marker),)] * 2) as actors:
+            results = ActorPool(actors).map(lambda a, v: a.work.remote(v), range(6))
+            killed = None
+            out = []
+            for r in results:
+                out.append(r)
+                if killed is None:
+                    # Kill the process now working on a shard that has started but not finished.
+                    for _ in range(100):
+                        lines = [s.split() for s in marker.read_text().split("\n") if s.startswith("start")]
+                        # A shard surely mid-way: started less than 0.7 s ago (each takes 1.5 s).
+                        busy = [(int(x), int(pid)) for _, x, pid, t in lines if time.time() - float(t) < 0.7]
+                        if busy:
+                            killed, pid = busy[0]
+                            os.kill(pid, signal.SIGKILL)
+                            break
+                        time.sleep(0.05)
+        assert out == [(x, 2 * x) for x in range(6)]
+        assert killed is not None
+        starts = [int(s.split()[1]) for s in marker.read_text().split("\n") if s.startswith("start")]
+        assert starts.count(killed) == 2                      # the killed shard ran again
+        assert all(starts.count(x) == 1 for x in range(6) if x != killed)    # no finished shard ran twice
+    finally:
+        ray.shutdown()

@@ -251,7 +251,9 @@ class ExecutionConfig:
         actors: encoder actors (each loads the encoder once); 0: as many as the cluster has CPUs for.
         rows_per_shard: frames or clips per encoder call, rounded up to whole encoder batches.
         replicates_per_shard: bootstrap replicates per task.
-        max_retries: how often a shard whose worker died is retried (finished shards are kept).
+        max_retries: how often a shard whose worker died is retried (finished shards are kept), and how often
+            an actor is restarted.
+        placement_timeout_s: how long to wait for the cluster to have room for a group of actors.
     """
 
     name: str = "local"
@@ -263,12 +265,15 @@ class ExecutionConfig:
     rows_per_shard: int = 512
     replicates_per_shard: int = 25
     max_retries: int = 3
+    placement_timeout_s: float = 600.0
 
 
 def _check_execution(ex: ExecutionConfig, source: str) -> None:
     if ex.num_cpus <= 0 or ex.num_gpus < 0 or ex.actors < 0 or ex.max_retries < 0:
         raise ConfigError(f"{source}: execution: num_cpus = {ex.num_cpus} must be > 0, num_gpus = {ex.num_gpus}, "
                           f"actors = {ex.actors} and max_retries = {ex.max_retries} >= 0")
+    if ex.placement_timeout_s <= 0:
+        raise ConfigError(f"{source}: execution.placement_timeout_s = {ex.placement_timeout_s}; must be > 0")
     if ex.rows_per_shard < 1 or ex.replicates_per_shard < 1:
         raise ConfigError(f"{source}: execution: rows_per_shard = {ex.rows_per_shard} and replicates_per_shard = "
                           f"{ex.replicates_per_shard} must be >= 1")

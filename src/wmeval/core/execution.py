@@ -16,12 +16,13 @@ shards already finished are kept. Nothing here imports Ray unless ``kind`` is ``
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from wmeval.core.config import ExecutionConfig
-from wmeval.core.errors import ConfigError
+from wmeval.core.errors import ConfigError, WmevalError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class RayExecutor:
                      configure_logging=True)
         self._run = ray.remote(_run_chunk).options(num_cpus=execution.num_cpus, max_retries=execution.max_retries,
                                                    retry_exceptions=False)
+        self.capacity(num_gpus=0)          # a bootstrap task (no GPU) must fit on some node, or it would wait forever
         log.info("execution: Ray cluster at %s with %s CPUs, %s GPUs", execution.address,
                  ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
 
@@ -86,23 +88,55 @@ class RayExecutor:
         """The ``ray`` module, connected."""
         return self._ray
 
-    def capacity(self) -> int:
-        """How many actors of this config the cluster can hold at once (its CPUs, and GPUs when asked for)."""
-        res, cfg = self._ray.cluster_resources(), self.cfg
-        n = int(res.get("CPU", 1) // cfg.num_cpus)
-        if cfg.num_gpus:
-            n = min(n, int(res.get("GPU", 0) // cfg.num_gpus))
-        return max(1, n)
+    def _bundle(self, num_gpus: float | None = None) -> dict[str, float]:
+        gpus = self.cfg.num_gpus if num_gpus is None else num_gpus
+        return {"CPU": float(self.cfg.num_cpus), **({"GPU": float(gpus)} if gpus else {})}
 
-    def actors(self, cls: type, *args: Any, n: int = 0, num_gpus: float | None = None) -> list:
-        """``n`` actors of ``cls(*args)`` (0: one per ``num_cpus`` the cluster has), each restarted when its
-        process dies, its pending calls retried up to ``max_retries`` times."""
-        cfg = self.cfg
-        room = self.capacity()
-        n = n or cfg.actors or room
-        if n > room:   # an actor holds its resources for life: one that cannot be placed would wait forever
-            log.warning("execution: %d actors asked for, the cluster holds %d at once; starting %d", n, room, room)
-            n = room
-        actor = self._ray.remote(cls).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus if num_gpus is None
-                                             else num_gpus, max_restarts=-1, max_task_retries=cfg.max_retries)
-        return [actor.remote(*args) for _ in range(n)]
+    def capacity(self, num_gpus: float | None = None) -> int:
+        """How many actors of this config the cluster's live nodes can hold at once, node by node (an actor
+        needs its whole bundle on one node). Raises :class:`ConfigError` when not even one fits."""
+        bundle = self._bundle(num_gpus)
+        n = 0
+        nodes = [nd for nd in self._ray.nodes() if nd.get("Alive")]
+        for nd in nodes:
+            res = nd.get("Resources", {})
+            n += min(int(res.get(k, 0) // v) for k, v in bundle.items())
+        if n == 0:
+            have = [{k: nd.get("Resources", {}).get(k, 0) for k in ("CPU", "GPU")} for nd in nodes]
+            raise ConfigError(f"execution: no node of the Ray cluster at {self.cfg.address} can hold one actor of "
+                              f"{bundle} (its nodes have {have}); lower execution.num_cpus or execution.num_gpus")
+        return n
+
+    @contextlib.contextmanager
+    def actor_group(self, cls: type, args: list[tuple], num_gpus: float | None = None) -> Iterator[list]:
+        """Actors ``cls(*a)`` for each ``a`` in ``args``, placed all at once (a Ray placement group: all or none,
+        so two stages or two queued experiments sharing the cluster never each hold half of what they need),
+        each restarted up to ``max_retries`` times when its process dies, its pending calls retried. Killed, and
+        their resources released, on the way out, whatever happens. Waits up to ``placement_timeout_s`` for
+        room, then stops with an error naming what was asked."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        cfg, ray, bundle = self.cfg, self._ray, self._bundle(num_gpus)
+        pg = placement_group([bundle] * len(args), strategy="SPREAD")
+        actors: list = []
+        try:
+            try:
+                ray.get(pg.ready(), timeout=cfg.placement_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                raise WmevalError(f"execution: the Ray cluster at {cfg.address} could not place {len(args)} actor(s) "
+                                  f"of {bundle} within {cfg.placement_timeout_s} s (free: "
+                                  f"{ray.available_resources()}); lower execution.actors, num_cpus or num_gpus, or "
+                                  "wait for other work on the cluster") from None
+            remote = ray.remote(cls)
+            for i, a in enumerate(args):
+                actors.append(remote.options(
+                    num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), max_restarts=cfg.max_retries,
+                    max_task_retries=cfg.max_retries,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                ).remote(*a))
+            yield actors
+        finally:
+            for a in actors:
+                ray.kill(a)
+            remove_placement_group(pg)

@@ -109,22 +109,35 @@ class FeatureCache:
     def _sweep_temporaries(self, older_than_s: float = 3600.0) -> None:
         """Remove temporary files a killed writer left behind (never a live writer's: they are recent)."""
         now = time.time()
-        for f in self.dir.glob(".tmp-*"):
+        for f in [*self.dir.glob(".tmp-*"), *self.dir.glob(f"{RECORDS_DIR}/.tmp-*")]:
             try:
                 if now - f.stat().st_mtime > older_than_s:
                     f.unlink()
             except OSError:
                 pass
 
-    def _atomic_write(self, path: Path, data: bytes) -> None:
+    def _atomic_write(self, path: Path, data: bytes, replace: bool = True) -> None:
+        """Write ``path`` through a fsynced temporary file. ``replace=False``: link it into place, which fails
+        (and is then a no-op) when another writer got there first, so an existing file is never swapped under
+        a reader (on a network filesystem that gives the reader ESTALE)."""
         tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            if replace:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                        raise
+                    os.replace(tmp, path)      # a filesystem without hard links: rename (still atomic)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 free = shutil.disk_usage(self.dir).free
@@ -178,7 +191,8 @@ class FeatureCache:
         # No lock: the name is the content's sha256 and the rename is atomic, so two writers of the same rows
         # (two DVC workspaces, two Ray nodes on a shared filesystem) write the same bytes under the same name,
         # and a reader sees the whole file or none (locks are unreliable on network filesystems).
-        self._atomic_write(path, data)
+        if not path.exists():   # the same name is the same bytes: never replace a file a reader may hold open
+            self._atomic_write(path, data, replace=False)
         return path
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray:
@@ -190,7 +204,8 @@ class FeatureCache:
         return emb.combine_chunks().to_numpy_ndarray()[rows]
 
     def embed(self, items: np.ndarray, compute: Callable[[np.ndarray], np.ndarray], chunk: int = 2048,
-              progress: Callable[[int], None] | None = None) -> np.ndarray:
+              progress: Callable[[int], None] | None = None,
+              compute_many: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> np.ndarray:
         """Embeddings of every row of ``items``, computing only the rows no shard has.
 
         Rows are computed (and written as one shard) ``chunk`` at a time, fewer for large rows: at most
@@ -212,10 +227,15 @@ class FeatureCache:
         if todo and not self.writable:
             raise WmevalError(f"feature cache: {self.dir} is read-only and {len(todo)} of {len(keys)} rows are not "
                               "in it; make it writable, or set cache_dir (or WMEVAL_CACHE_DIR) to a writable folder")
-        for start in range(0, len(todo), chunk):
+        starts = list(range(0, len(todo), chunk))
+        # ``compute_many`` (the Ray encoder pool) embeds every chunk at once, each as ``compute`` would; the
+        # shards are still written chunk by chunk, in order.
+        many = None if compute_many is None or not todo else iter(compute_many(
+            [items[np.array([i for _, i in todo[s:s + chunk]])] for s in starts]))
+        for start in starts:
             part = todo[start:start + chunk]
             idx = np.array([i for _, i in part])
-            emb = np.asarray(compute(items[idx]), dtype=np.float32)
+            emb = np.asarray(next(many) if many is not None else compute(items[idx]), dtype=np.float32)
             if emb.ndim != 2 or emb.shape[0] != len(part) or not np.all(np.isfinite(emb)):
                 raise WmevalError(f"feature cache: the encoder returned {emb.shape} embeddings for {len(part)} "
                                   "inputs (wrong count or non-finite values)")
@@ -267,13 +287,7 @@ class FeatureCache:
         records = self.dir / RECORDS_DIR
         records.mkdir(exist_ok=True)
         name = f"{time.time_ns()}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}.json"
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=records)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(line)
-            os.replace(tmp, records / name)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        self._atomic_write(records / name, line.encode("utf-8"))
         fd = os.open(self.root / "stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
             os.write(fd, (line + "\n").encode("utf-8"))

@@ -107,13 +107,15 @@ class Caches:
 
 def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progress: bool = True,
                caches: Caches | None = None, made_with: dict | None = None,
-               compute: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[pa.Table, dict]:
+               compute: Callable[[np.ndarray], np.ndarray] | None = None,
+               compute_many: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> tuple[pa.Table, dict]:
     """The key columns of ``path`` plus ``embedding`` ``(dim,)`` float32, and this file's cache counters.
 
     ``made_with``: params recorded in the table's metadata (the stage records ``encoder_config``), which
     the stages that read it check against theirs (:func:`wmeval.core.stale.check_made_with`). ``compute``:
-    what embeds the rows the cache lacks, from their stored bytes (default: ``encoder`` here; the Ray
-    execution passes :meth:`wmeval.features.pool.EncoderPool.embed`)."""
+    what embeds the rows the cache lacks, from their stored bytes (default: ``encoder`` here);
+    ``compute_many``: the same for several chunks at once (the Ray execution passes
+    :meth:`wmeval.features.pool.EncoderPool.embed_many`)."""
     if compute is None:
         def compute(raw: np.ndarray) -> np.ndarray:
             return encoder(decode_frames(raw))
@@ -134,7 +136,7 @@ def embed_file(path: Path, encoder: Encoder, cache_dir: str | None = None, progr
             if cache is None:
                 cache = caches.get(items)
                 before = cache.stats.as_dict()
-            embs.append(cache.embed(items, compute, progress=bar.update))
+            embs.append(cache.embed(items, compute, progress=bar.update, compute_many=compute_many))
     frame_type = pq.read_schema(path).field("frame").type
     if cache is None:   # a file without rows
         cache = caches.get(np.empty((0, *frame_type.shape), frame_type.value_type.to_pandas_dtype()))

@@ -457,12 +457,11 @@ def _rows_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], names: list[
     wave = executor.capacity()
     for w in range(0, len(names), wave):
         group = names[w:w + wave]
-        actors = {n: executor.actors(DynamicsActor, wcfg, n, dict(models_cfg[n]), os.getcwd(), n=1)[0] for n in group}
-        futures = {n: actors[n].rows.remote(dyn, protocol) for n in group}
-        for n in group:
-            out[n] = executor.ray.get(futures[n])
-            bar.update(per_source)
-            executor.ray.kill(actors[n])
+        with executor.actor_group(DynamicsActor, [(wcfg, n, dict(models_cfg[n]), os.getcwd()) for n in group]) as handles:
+            futures = {n: a.rows.remote(dyn, protocol) for n, a in zip(group, handles)}
+            for n in group:
+                out[n] = executor.ray.get(futures[n])
+                bar.update(per_source)
     return out
 
 

@@ -460,31 +460,31 @@ def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], prot
               unit="rollout", disable=not progress) as bar:
         for w in range(0, len(names), wave):
             group = names[w:w + wave]
-            actors = {name: executor.actors(ModelActor, wcfg, name, dict(models_cfg[name]), os.getcwd(), n=1)[0]
-                      for name in group}
-            for i, (lo, hi) in enumerate(blocks):
-                block = realize(world, protocol, eps, i, lo, hi)
-                if w == 0:
-                    table = ground_truth_table(world, wcfg, protocol, block)
-                    _check_block(first, GROUND_TRUTH, table, world, lo, hi)
-                    yield GROUND_TRUTH, table
-                    del table
-                ref = executor.ray.put(block)
-                futures = {name: actors[name].table.remote(wcfg, protocol, ref, blocks) for name in group}
-                for name in group:
-                    table = executor.ray.get(futures.pop(name))
-                    bar.update(len(eps.plans) + 1)
-                    _check_block(first, name, table, world, lo, hi)
-                    yield name, table
-                    del table
-                del block, ref
-            for name, actor in actors.items():
-                model = models[name]
-                if hasattr(model, "unread_files"):
-                    unread = executor.ray.get(actor.unread_files.remote())
-                    model.unread_files = lambda unread=unread: unread    # what the actor read, not this copy
-                _warn_unread(model, name, world)
-                executor.ray.kill(actor)
+            args = [(wcfg, name, dict(models_cfg[name]), os.getcwd()) for name in group]
+            with executor.actor_group(ModelActor, args) as handles:       # killed however the wave ends
+                actors = dict(zip(group, handles))
+                for i, (lo, hi) in enumerate(blocks):
+                    block = realize(world, protocol, eps, i, lo, hi)
+                    if w == 0:
+                        table = ground_truth_table(world, wcfg, protocol, block)
+                        _check_block(first, GROUND_TRUTH, table, world, lo, hi)
+                        yield GROUND_TRUTH, table
+                        del table
+                    ref = executor.ray.put(block)
+                    futures = {name: actors[name].table.remote(wcfg, protocol, ref, blocks) for name in group}
+                    for name in group:
+                        table = executor.ray.get(futures.pop(name))
+                        bar.update(len(eps.plans) + 1)
+                        _check_block(first, name, table, world, lo, hi)
+                        yield name, table
+                        del table
+                    del block, ref
+                for name, actor in actors.items():
+                    model = models[name]
+                    if hasattr(model, "unread_files"):
+                        unread = executor.ray.get(actor.unread_files.remote())
+                        model.unread_files = lambda unread=unread: unread    # what the actor read, not this copy
+                    _warn_unread(model, name, world)
 
 
 def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
