@@ -43,8 +43,9 @@ def study_card(summary: dict[str, Any]) -> dict[str, str] | None:
                    f"{imp['raters_without_answers'] or 'none'}; unanswered trials: {imp['unanswered_trials']}"),
         "exclusions": (f"rules {ex.get('rules')}; of {ex.get('total', 0)} answers: "
                        f"{ex.get('attention_check_trials', 0)} attention checks, "
-                       f"{ex.get('judgments_of_excluded_raters', 0)} from excluded raters "
-                       f"{ex.get('raters_excluded') or ''}, {ex.get('judgments_too_fast', 0)} too fast; "
+                       f"{ex.get('judgments_of_excluded_raters', 0)} from excluded raters"
+                       f"{' ' + str(ex['raters_excluded']) if ex.get('raters_excluded') else ''}, "
+                       f"{ex.get('judgments_too_fast', 0)} too fast; "
                        f"{ex.get('kept', 0)} kept") if ex else "no answers yet",
         "interval": (f"{summary['interval']['method']}, B = {summary['interval']['n_resamples']}, "
                      f"{summary['interval']['confidence_level']:.0%}, seed {summary['interval']['seed']}; "
@@ -84,10 +85,10 @@ def human_section(doc: Doc, summary: dict[str, Any] | None) -> None:
         ir, ia = entry.get("intra_rater") or {}, entry["inter_rater"]
         doc.p(f"Agreement between raters: Krippendorff's alpha ({ia['level']}) {_n(ia['alpha'])} over "
               f"{ia['items']} items judged by two or more raters. Intra-rater consistency: "
-              f"{ir.get('repeated_trials', 0)} repeated trials, agreement {_n(ir.get('agreement'))}, "
+              f"{int(ir.get('repeated_trials') or 0)} repeated trials, agreement {_n(ir.get('agreement'))}, "
               f"alpha {_n(ir.get('alpha'))}.")
     doc.h(3, "Learned evaluators")
-    doc.p(f"{summary.get('validation_rule', '')}. Pairwise accuracy: the share of kept judgments (between two "
+    doc.p(f"Rule: {summary.get('validation_rule', '')}. Pairwise accuracy: the share of kept judgments (between two "
           "scored candidates) in which the metric prefers the candidate the rater chose (metric ties count one "
           "half); the human ceiling is the agreement of two different raters on the same item.")
     doc.table(Table(["evaluator", "question", "pairwise accuracy ↑", "human ceiling", "judgments", "verdict"],
@@ -96,4 +97,4 @@ def human_section(doc: Doc, summary: dict[str, Any] | None) -> None:
                       _iv(e, "human_ceiling") if "human_ceiling" in e else "n/a", str(e.get("judgments", 0)),
                       e["verdict"]] for e in summary.get("evaluators", [])]))
     doc.h(3, "Study protocol card")
-    doc.table(Table(["", ""], [[k, v] for k, v in card.items()]))
+    doc.table(Table(["field", "value"], [[k, v] for k, v in card.items()]))
