@@ -57,8 +57,7 @@ class EncoderPool:
                               f"{encoder_config.device!r}); give its Ray actors GPUs (execution.num_gpus) or set "
                               "encoder.device=cpu, so that the cluster computes what this machine would")
         config = dataclasses.replace(encoder_config, device=device)
-        room = ex.capacity()
-        n = min(cfg.actors or room, room)
+        n = min(cfg.actors or ex.capacity(), ex.capacity())
         if cfg.actors > n:
             log.warning("execution: %d encoder actors asked for, the cluster holds %d at once", cfg.actors, n)
         with ex.actor_group(EncoderActor, [(config, os.getcwd())] * n) as actors:

@@ -89,22 +89,10 @@ def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str, plan_condi
     return pd.concat(parts, ignore_index=True)
 
 
-def changed_rollouts(study: dict, root: Path) -> list[str]:
-    """The rollout files the study's pages were made from (``study.json``'s sha256s) that are no longer the
-    same in ``root``: changed or missing."""
-    from wmeval.core.digest import file_sha256
-
-    return [f for f, digest in sorted(study["rollouts"].items())
-            if not (root / f).is_file() or file_sha256(root / f) != digest]
-
-
 def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, evaluators: list[str] = (),
-                  n_resamples: int = 1000, confidence_level: float = 0.95, seed: int = 0,
-                  root: Path | None = None) -> tuple[dict, pd.DataFrame]:
+                  n_resamples: int = 1000, confidence_level: float = 0.95, seed: int = 0) -> tuple[dict, pd.DataFrame]:
     """``(summary, judgments)`` of the study in ``folder``: the summary is what the scorecard shows (JSON-ready),
-    the judgments every answer with its exclusion status. ``root``: the project whose rollouts the evaluators'
-    scores come from; a metric is validated only when the study's pages showed those same rollouts (the
-    judgments of other frames say nothing about this run's scores)."""
+    the judgments every answer with its exclusion status."""
     from wmeval.metrics.registry import REGISTRY
 
     from .answers import load_study
@@ -168,13 +156,6 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
         per_question[q] = entry
     summary["per_question"] = per_question
     summary["evaluators"] = []
-    stale = changed_rollouts(study, Path(root)) if root is not None and evaluators else []
-    summary["rollouts_changed_since_export"] = stale
-    if stale:
-        summary["evaluators"] = [{"metric": m, "validated": False, "verdict": "not validated",
-                                  "note": f"the study showed other rollouts than this run's ({', '.join(stale)} "
-                                          "changed since the export); export the study again"} for m in evaluators]
-        evaluators = []
     for metric in evaluators:
         info = REGISTRY.get(metric)
         if info is None or info.higher_is_better is None:

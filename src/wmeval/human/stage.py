@@ -31,7 +31,7 @@ def human_stage(params: Params, stats: Path, out: Path, root: Path = Path(".")) 
         try:
             summary, judgments = analyse_study(folder, episodes=episodes, evaluators=list(h.evaluators),
                                                n_resamples=h.n_resamples, confidence_level=h.confidence_level,
-                                               seed=h.seed, root=root)
+                                               seed=h.seed)
         except ValueError as e:
             raise WmevalError(f"{h.study}: {e}") from None
         summary["path"] = h.study

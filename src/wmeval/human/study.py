@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from wmeval.core.digest import file_sha256
 from wmeval.core.errors import ConfigError, WmevalError
 from wmeval.core.rng import make_rng
 
@@ -257,6 +256,14 @@ class Clips:
     check_pool: list[tuple[int, str]]                       # (episode, plan) of the truth outside the study's
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict, dict]:
     """``{(episode, plan): (T, H, W, C)}`` of sample 0 in ``regime`` (steps t >= 1), the frames at t = 0, the
     actions, and each plan's condition, from one rollout file."""
@@ -305,7 +312,7 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
                           "before exporting a study of it")
     truth, context, actions, conditions = _frames(gt, "realized", "the realized futures")
     futures: dict[tuple[str, int, str], np.ndarray] = {}
-    digests = {str(gt.relative_to(root)): file_sha256(gt)}
+    digests = {str(gt.relative_to(root)): _sha256(gt)}
     available: dict[str, set] = {REALIZED: set(truth)}
     for (e, p), f in truth.items():
         futures[(REALIZED, e, p)] = f
@@ -318,7 +325,7 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
             raise WmevalError(f"{path}: no rollouts of candidate {cand!r} in world {design.world!r} "
                               f"(models there: {have}; or '{REALIZED}')")
         clips, _, _, _ = _frames(path, "open_loop", f"candidate {cand!r}")
-        digests[str(path.relative_to(root))] = file_sha256(path)
+        digests[str(path.relative_to(root))] = _sha256(path)
         available[cand] = set(clips)
         for (e, p), f in clips.items():
             futures[(cand, e, p)] = f
@@ -500,7 +507,7 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
                           "Answers collected for the old pages only import against the old study.json")
     clips = load_clips(design, root)
     trials = draw_trials(design, clips.episodes, clips.plans, clips.check_pool)
-    key = {"format": FORMAT, "design": asdict(design), "questions": {q: QUESTIONS[q] for q in design.questions},
+    key = {"format": FORMAT, "design": _plain(asdict(design)), "questions": {q: QUESTIONS[q] for q in design.questions},
            "episodes": clips.episodes, "plans": clips.plans, "plan_conditions": clips.conditions,
            "attention_check_episodes": sorted({t["episode"] for ts in trials.values() for t in ts
                                                if t["attention_check"]}), "rollouts": clips.digests,
@@ -527,6 +534,14 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
 
 
 def study_digest(study_file: str | Path) -> str:

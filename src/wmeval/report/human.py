@@ -70,10 +70,6 @@ def human_section(doc: Doc, summary: dict[str, Any] | None) -> None:
     card = study_card(summary)
     doc.p(f"Study **{summary['study']}** on world `{summary['world']}`: {card['design']}. Raters: "
           f"{summary['population']}. Exclusions: {card['exclusions']}. Intervals: {card['interval']}.")
-    if summary.get("rollouts_changed_since_export"):
-        doc.p(f"The rollouts this study showed have changed since it was exported "
-              f"({', '.join(summary['rollouts_changed_since_export'])}): its judgments are of other frames than this "
-              "run's, so no metric is validated against them. Export the study again for this run.", "warn")
     if summary.get("status") != "analysed":
         doc.p(f"No answers have been returned yet ({card['counts']}).", "warn")
     for q, entry in summary.get("per_question", {}).items():
