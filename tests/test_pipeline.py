@@ -292,6 +292,7 @@ def test_a_study_answered_in_chromium_composes_into_the_scorecard(project, tmp_p
         md = (project / "reports/scorecard.md").read_text()
         assert "Study **pilot** on world `blobs`" in md and "### Study protocol card" in md
         assert "| `realized` |" in md and "from excluded raters ['r03']" in md
+        assert summary["frames_changed"] == []              # the run's data/rollouts still hold the frames shown
         verdicts = {(e["metric"], e["question"]): e["verdict"] for e in summary["evaluators"]}
         assert set(verdicts.values()) <= {"validated on pilot", "not validated"} and len(verdicts) == 6
         card = json.loads((project / "reports/protocols.json").read_text())["human"]

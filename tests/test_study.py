@@ -264,3 +264,57 @@ def test_analysis_excludes_by_the_declared_rules_and_recovers_the_order(study):
             if c["comparisons"]:
                 assert c["win_rate_low"] <= c["win_rate"] <= c["win_rate_high"]
         assert entry["intra_rater"]["agreement"] in (1.0, None)              # both kept raters are consistent
+
+
+def _scores(better: str, worse: str) -> "pd.DataFrame":
+    """A statistics-stage episodes table where ``better`` has the lower pixel MSE on every episode and plan."""
+    import pandas as pd
+
+    rows = [{"world": "w", "metric": "pixel_mse", "regime": "open_loop", "condition": plan, "episode": e,
+             "source": src, "value": value}
+            for e in range(EPISODES) for plan in PLANS for src, value in ((better, 0.01), (worse, 0.05))]
+    return pd.DataFrame(rows)
+
+
+def test_evaluators_are_validated_only_on_the_frames_the_study_showed(tmp_path, study):
+    """A metric that orders the models as the raters do is "validated on <study>" (realism) while this run's rollouts hold
+    the frames the pages showed, even when the files are rewritten with the same frames; once a candidate's shown
+    frames change, the judgments are of other frames than the scores: every evaluator is "not validated", and the
+    changed part is named."""
+    import pyarrow.parquet as pq
+
+    order = ["realized", MODELS[0], MODELS[1]]
+    for r in ("r01", "r02", "r03"):
+        answer(study, r, prefer(order))
+    rollouts = tmp_path / "data" / "rollouts"
+    kw = dict(episodes=_scores(MODELS[0], MODELS[1]), evaluators=["pixel_mse"], n_resamples=200, rollouts=rollouts)
+    summary, _ = analyse_study(study, **kw)
+    realism = next(e for e in summary["evaluators"] if e["question"] == "realism")   # 6 judgments of the two
+    assert summary["frames_changed"] == [] and realism["verdict"] == "validated on pilot"
+    # The metric ordering the models against the raters is not validated (the rule is not "always yes").
+    flipped, _ = analyse_study(study, **dict(kw, episodes=_scores(MODELS[1], MODELS[0])))
+    assert next(e for e in flipped["evaluators"] if e["question"] == "realism")["verdict"] == "not validated"
+
+    path = rollouts / "w" / f"{MODELS[1]}.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"note": b"rewritten"}), path)
+    summary, _ = analyse_study(study, **kw)                      # new bytes, same frames: still validated
+    assert summary["frames_changed"] == [] and summary["evaluators"] == [realism, *summary["evaluators"][1:]]
+
+    import pyarrow as pa
+
+    from wmeval.tables.io import tensor_numpy
+
+    frames = tensor_numpy(table, "frame").copy()
+    frames[0, 0, 0, 0] = 255 - frames[0, 0, 0, 0]               # one pixel of one shown frame
+    changed = pa.FixedShapeTensorArray.from_numpy_ndarray(frames)
+    pq.write_table(table.set_column(table.schema.get_field_index("frame"), "frame", changed), path)
+    summary, _ = analyse_study(study, **kw)
+    assert summary["frames_changed"] == [f"{MODELS[1]}: frames differ in {rollouts / 'w'}"]
+    assert {e["verdict"] for e in summary["evaluators"]} == {"not validated"}
+    assert "other frames than this run's rollouts" in summary["evaluators"][0]["note"]
+    assert summary["per_question"]                                # the judgments themselves are still reported
+    path.unlink()
+    summary, _ = analyse_study(study, **kw)
+    assert "no rollouts of candidate 'beta-model'" in summary["frames_changed"][0]
+    assert {e["verdict"] for e in summary["evaluators"]} == {"not validated"}

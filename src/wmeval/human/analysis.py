@@ -25,7 +25,7 @@ from .pairwise import (
     validate_evaluator,
     win_rates,
 )
-from .study import INSTRUCTIONS
+from .study import INSTRUCTIONS, frames_changed
 
 GENERALIZES = ("new trajectories (episodes of the world) and new raters from the declared population: both are "
                "resampled, crossed")
@@ -90,9 +90,16 @@ def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str, plan_condi
 
 
 def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, evaluators: list[str] = (),
-                  n_resamples: int = 1000, confidence_level: float = 0.95, seed: int = 0) -> tuple[dict, pd.DataFrame]:
+                  n_resamples: int = 1000, confidence_level: float = 0.95, seed: int = 0,
+                  rollouts: str | Path | None = None) -> tuple[dict, pd.DataFrame]:
     """``(summary, judgments)`` of the study in ``folder``: the summary is what the scorecard shows (JSON-ready),
-    the judgments every answer with its exclusion status."""
+    the judgments every answer with its exclusion status.
+
+    ``rollouts``: the rollouts folder the ``episodes`` scores were computed from (the run's ``data/rollouts``).
+    A metric is validated only when the frames the pages showed are still that run's frames there (the digests
+    of the decoded frames in ``study.json``); otherwise the judgments are of other frames than the scores, every
+    evaluator is "not validated", and ``frames_changed`` names what changed. Without ``rollouts`` (no scores to
+    compare, or a caller who vouches for them) nothing is checked."""
     from wmeval.metrics.registry import REGISTRY
 
     from .answers import load_study
@@ -156,6 +163,15 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
         per_question[q] = entry
     summary["per_question"] = per_question
     summary["evaluators"] = []
+    changed = frames_changed(study, Path(rollouts) / design["world"]) if rollouts is not None and evaluators else []
+    summary["frames_changed"] = changed
+    if changed:
+        summary["evaluators"] = [
+            {"metric": m, "validated": False, "verdict": "not validated",
+             "note": "the study's pages showed other frames than this run's rollouts (" + "; ".join(changed)
+                     + "): the judgments say nothing about this run's scores. Export a new study from this run "
+                     "to validate against it"} for m in evaluators]
+        evaluators = []
     for metric in evaluators:
         info = REGISTRY.get(metric)
         if info is None or info.higher_is_better is None:

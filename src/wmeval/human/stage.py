@@ -14,8 +14,11 @@ from wmeval.tables import atomic_dir
 from .analysis import analyse_study
 
 
-def human_stage(params: Params, stats: Path, out: Path, root: Path = Path(".")) -> dict:
-    """Analyse ``params.human.study`` (or record that there is none) and write ``out`` atomically."""
+def human_stage(params: Params, stats: Path, out: Path, root: Path = Path("."),
+                rollouts: Path = Path("data/rollouts")) -> dict:
+    """Analyse ``params.human.study`` (or record that there is none) and write ``out`` atomically. Evaluators are
+    validated only while the frames the study showed are still those in ``rollouts`` (the run's, that the
+    statistics scored)."""
     h = params.human
     if h.study is None:
         summary = {"status": "no study", "study": None,
@@ -31,7 +34,7 @@ def human_stage(params: Params, stats: Path, out: Path, root: Path = Path(".")) 
         try:
             summary, judgments = analyse_study(folder, episodes=episodes, evaluators=list(h.evaluators),
                                                n_resamples=h.n_resamples, confidence_level=h.confidence_level,
-                                               seed=h.seed)
+                                               seed=h.seed, rollouts=root / rollouts)
         except ValueError as e:
             raise WmevalError(f"{h.study}: {e}") from None
         summary["path"] = h.study

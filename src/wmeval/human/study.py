@@ -6,8 +6,9 @@ A study is declared in a YAML file (``studies/<name>/design.yaml``; every key is
 beside the design:
 
 - ``study.json``: the design, the randomization scheme and seed, the digests of the rollout files the frames
-  came from, and the *key*: for every rater, every trial's episode, plan, question and which candidate stands on
-  which side. The key never leaves the experimenter; the pages do not contain it.
+  came from and of the decoded frames the pages show (:func:`shown_digests`; the human stage validates a
+  metric only while this run's frames are those, :func:`frames_changed`), and the *key*: for every rater,
+  every trial's episode, plan, question and which candidate stands on which side. The key never leaves the experimenter; the pages do not contain it.
 - ``pages/<rater>.html``: one self-contained page per rater (frames inline as PNG ``data:`` URIs, no script or
   style from anywhere else). It shows the consent text and the instructions from the design, then the trials;
   it records each answer and its response time, keeps them in the browser's local storage (a reload resumes),
@@ -36,6 +37,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -302,33 +304,90 @@ def _frames(path: Path, regime: str, where: str) -> tuple[dict, dict, dict, dict
     return clips, ctx, acts, conditions
 
 
-def load_clips(design: StudyDesign, root: Path) -> Clips:
-    """Read the design's candidates' frames from the rollouts folder; refuse what the design asks for but the
-    rollouts lack (naming the file and the candidate, episode or plan)."""
-    folder = root / design.rollouts / design.world
+def _read_sources(folder: Path, candidates: Iterable[str]) -> tuple[dict, dict, dict, dict, dict, dict]:
+    """The frames of the truth (realized) and of each candidate (open loop) in ``folder``: ``(context, futures,
+    actions, conditions, available, digests)``; a missing file is refused, naming it."""
     gt = folder / "ground_truth.parquet"
     if not gt.is_file():
-        raise WmevalError(f"{gt}: missing; run the pipeline (`dvc repro rollouts`) with world {design.world!r} "
+        raise WmevalError(f"{gt}: missing; run the pipeline (`dvc repro rollouts`) with world {folder.name!r} "
                           "before exporting a study of it")
     truth, context, actions, conditions = _frames(gt, "realized", "the realized futures")
     futures: dict[tuple[str, int, str], np.ndarray] = {}
-    digests = {str(gt.relative_to(root)): _sha256(gt)}
+    digests = {gt.name: _sha256(gt)}
     available: dict[str, set] = {REALIZED: set(truth)}
     for (e, p), f in truth.items():
         futures[(REALIZED, e, p)] = f
-    for cand in design.candidates:
+    for cand in candidates:
         if cand == REALIZED:
             continue
         path = folder / f"{cand}.parquet"
         if not path.is_file():
             have = sorted(p.stem for p in folder.glob("*.parquet") if p.stem != "ground_truth")
-            raise WmevalError(f"{path}: no rollouts of candidate {cand!r} in world {design.world!r} "
+            raise WmevalError(f"{path}: no rollouts of candidate {cand!r} in world {folder.name!r} "
                               f"(models there: {have}; or '{REALIZED}')")
         clips, _, _, _ = _frames(path, "open_loop", f"candidate {cand!r}")
-        digests[str(path.relative_to(root))] = _sha256(path)
+        digests[path.name] = _sha256(path)
         available[cand] = set(clips)
         for (e, p), f in clips.items():
             futures[(cand, e, p)] = f
+    return context, futures, actions, conditions, available, digests
+
+
+def shown_digests(context: dict, futures: dict, actions: dict, candidates: Iterable[str],
+                  keys: Iterable[tuple[int, str]], check_keys: Iterable[tuple[int, str]]) -> dict[str, str | None]:
+    """sha256 of what a study's pages show, per candidate (its sample-0 continuation of every (episode, plan) in
+    ``keys``; the realized future also of the attention checks' ``check_keys``, whose corrupted copy it makes),
+    and of the context frames and the actions. ``None`` for a part whose frames are missing.
+
+    The digests cover the decoded frames, not the files, so that a rollout file rewritten with the same frames
+    (new code-version metadata, say) still matches the judgments made of it."""
+    keys, check_keys = sorted(set(keys)), sorted(set(check_keys))
+    every = sorted(set(keys) | set(check_keys))
+
+    def digest(arrays: dict, wanted: list, prefix: tuple = ()) -> str | None:
+        h = hashlib.sha256()
+        for k in wanted:
+            a = arrays.get(prefix + tuple(k))
+            if a is None:
+                return None
+            a = np.ascontiguousarray(a)
+            h.update(f"{k[0]}|{k[1]}|{a.dtype.str}|{a.shape}\n".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()
+
+    sources = set(candidates) | ({REALIZED} if check_keys else set())
+    out: dict[str, str | None] = {c: digest(futures, every if c == REALIZED else keys, (c,)) for c in sorted(sources)}
+    out["context"] = digest(context, every)
+    out["actions"] = digest(actions, keys)
+    return out
+
+
+def frames_changed(study: dict, folder: Path) -> list[str]:
+    """The parts of what ``study`` (a loaded ``study.json``) showed whose frames in the rollouts ``folder`` (this
+    run's, of the study's world) are no longer the same: candidates, ``context`` or ``actions``, each with why.
+    Empty when every shown frame is still there, unchanged."""
+    shown = study.get("shown")
+    if shown is None:
+        return ["study.json records no digests of the frames shown (exported by an earlier wmeval)"]
+    design = study["design"]
+    try:
+        context, futures, actions, _, _, _ = _read_sources(folder, design["candidates"])
+    except WmevalError as e:
+        return [str(e)]
+    keys = [(e, p) for e in study["episodes"] for p in study["plans"]]
+    checks = [(t["episode"], t["plan"]) for ts in study["raters"].values() for t in ts if t["attention_check"]]
+    now = shown_digests(context, futures, actions, design["candidates"], keys, checks)
+    return [f"{part}: {'frames missing' if now.get(part) is None else 'frames differ'} in {folder}"
+            for part in sorted(shown) if now.get(part) != shown[part]]
+
+
+def load_clips(design: StudyDesign, root: Path) -> Clips:
+    """Read the design's candidates' frames from the rollouts folder; refuse what the design asks for but the
+    rollouts lack (naming the file and the candidate, episode or plan)."""
+    folder = root / design.rollouts / design.world
+    gt = folder / "ground_truth.parquet"
+    context, futures, actions, conditions, available, names = _read_sources(folder, design.candidates)
+    digests = {str((folder / n).relative_to(root)): d for n, d in names.items()}
     common = set.intersection(*(available[c] for c in design.candidates))
     all_plans = sorted({p for _, p in common})
     plans = list(design.plans) if design.plans is not None else all_plans
@@ -366,7 +425,8 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
             labels[float(value)] = str(name)
     # Attention checks show episodes outside the study's where the rollouts have them, so that a check's
     # realized clip is never one the rater also sees in a compared trial.
-    pool = sorted((e, p) for (e, p) in truth if e not in set(episodes) and p in plans and (e, p) in context)
+    pool = sorted((e, p) for (e, p) in available[REALIZED]
+                  if e not in set(episodes) and p in plans and (e, p) in context)
     return Clips(context=context, futures=futures, actions=actions, episodes=episodes, plans=plans,
                  digests=digests, action_labels=labels, conditions={p: conditions[p] for p in plans},
                  check_pool=pool)
@@ -511,6 +571,10 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
            "episodes": clips.episodes, "plans": clips.plans, "plan_conditions": clips.conditions,
            "attention_check_episodes": sorted({t["episode"] for ts in trials.values() for t in ts
                                                if t["attention_check"]}), "rollouts": clips.digests,
+           "shown": shown_digests(clips.context, clips.futures, clips.actions, design.candidates,
+                                  [(e, p) for e in clips.episodes for p in clips.plans],
+                                  [(t["episode"], t["plan"]) for ts in trials.values() for t in ts
+                                   if t["attention_check"]]),
            "randomization": {"seed": design.seed, "generator": "numpy PCG64 via wmeval.core.make_rng(seed, 'study', "
                              "name, rater index)", "order": "trials drawn, sides, repeats, attention checks, "
                              "order shown"},

@@ -70,6 +70,10 @@ def human_section(doc: Doc, summary: dict[str, Any] | None) -> None:
     card = study_card(summary)
     doc.p(f"Study **{summary['study']}** on world `{summary['world']}`: {card['design']}. Raters: "
           f"{summary['population']}. Exclusions: {card['exclusions']}. Intervals: {card['interval']}.")
+    if summary.get("frames_changed"):
+        doc.p("The frames this study showed are no longer this run's rollouts (" + "; ".join(summary["frames_changed"])
+              + "): its judgments are of other frames than the scores above, so no metric is validated against "
+              "them. Export a new study from this run to validate its metrics.", "warn")
     if summary.get("status") != "analysed":
         doc.p(f"No answers have been returned yet ({card['counts']}).", "warn")
     for q, entry in summary.get("per_question", {}).items():
