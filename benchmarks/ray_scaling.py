@@ -8,7 +8,13 @@ Two workloads, the two that `execution=ray` shards:
   ``encoder(decode_frames(raw))`` (torch on every core), both through a fresh embedding cache, as the stage
   calls them (chunks of 2048 rows; on Ray all chunks' shards at once);
 - bootstrap: FD replicates (d = 64, 64 episodes x 32 rows a side) through :meth:`RayExecutor.map` with 1 and 2
-  CPUs, against the local threads (2).
+  CPUs, against the local threads (2);
+- rollouts: one stochastic blob model (64 x 64 frames) over ``--episodes`` episodes in blocks of
+  ``--episode-block``, through :func:`wmeval.rollouts.episodes.world_tables` with 1 and 2 model actors (the
+  stage's sharding by world, model and block), against the local path.
+
+Beside the throughputs, a per-shard cost table (seconds per shard on one worker, end to end) for each kind
+of shard, from which the README projects times on N workers.
 
 Every figure is the median of ``--repeats`` runs, all in one process, side by side. Usage:
 ``python benchmarks/ray_scaling.py [--rows 8192] [--replicates 200] [--repeats 3]``.
@@ -66,6 +72,8 @@ def main() -> int:
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows-per-shard", type=int, default=512)
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--episode-block", type=int, default=16)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
 
@@ -133,6 +141,37 @@ def main() -> int:
         results["bootstrap"][f"ray_{cpus}_cpu"] = {"seconds": t, "replicates_per_s": args.replicates / t,
                                                   "identical_to_local": reps == local_reps}
     ray.shutdown()
+
+    # Rollouts: one model's blocks of episodes on 1 and 2 actors (2 CPUs: actors of 2 CPUs leave room for one).
+    import dataclasses
+
+    import pyarrow as pa
+
+    from wmeval.core.config import ProtocolConfig, WorldConfig
+    from wmeval.rollouts.episodes import episode_blocks, world_tables
+
+    wcfg = WorldConfig(name="blobs", kind="blobs", params={"frame_size": 64})
+    models = {"stochastic": {"_target_": "wmeval.models.BlobReferenceModel", "mode": "stochastic"}}
+    proto = ProtocolConfig(name="bench", n_episodes=args.episodes, horizon=8, num_samples=4, num_futures=2,
+                           n_random_plans=2, teacher_forced_plan="random_0", frame_dtype="uint8", seed=0,
+                           episode_block=args.episode_block)
+    n_blocks = len(episode_blocks(proto.n_episodes, proto.episode_block))
+
+    def rollouts(executor=None):
+        tables = [(src, t) for src, t in world_tables(wcfg, models, proto, False, executor=executor)]
+        return {src: pa.concat_tables([t for s2, t in tables if s2 == src]) for src in dict(tables)}
+
+    t, local_tabs = timed(rollouts, args.repeats)
+    results["rollouts"] = {"local": {"seconds": t, "episodes_per_s": args.episodes / t}, "blocks": n_blocks}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for actors in (1, 2):
+        ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", rollout_num_cpus=2.0 / actors))
+        rollouts(ex)                                                         # worker processes warm
+        t, tabs = timed(lambda ex=ex: rollouts(ex), args.repeats)
+        results["rollouts"][f"ray_{actors}"] = {
+            "seconds": t, "episodes_per_s": args.episodes / t, "seconds_per_shard": t * actors / n_blocks,
+            "identical_to_local": all(tabs[k].equals(local_tabs[k]) for k in local_tabs)}
+    ray.shutdown()
     f = results["features"]
     per_shard = f["ray_1"]["seconds_per_shard"]          # end to end with one actor: compute + transfer + scheduling
     rows = 1_000_000
@@ -145,6 +184,15 @@ def main() -> int:
         "check_2_workers": {"projected_s": args.rows / args.rows_per_shard * per_shard / 2,
                             "measured_s": f["ray_2"]["seconds"]},
         "minutes_for_N_workers": {str(n): shards * per_shard / n / 60 for n in (1, 2, 8, 32, 128)},
+    }
+    b = results["bootstrap"]
+    results["per_shard_cost"] = {
+        "label": "measured here, one worker, end to end (compute, transfer, scheduling): seconds per shard",
+        "features": {"shard": f"{args.rows_per_shard} frames 64x64x3, random_conv", "seconds": per_shard},
+        "bootstrap": {"shard": "25 FD replicates, d = 64, 64 episodes x 32 rows a side",
+                      "seconds": b["ray_1_cpu"]["seconds"] * 25 / args.replicates},
+        "rollouts": {"shard": f"one block of {args.episode_block} episodes of one blob model (64x64, horizon 8, "
+                              "K = 4, 3 plans)", "seconds": results["rollouts"]["ray_1"]["seconds_per_shard"]},
     }
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -46,8 +47,18 @@ def test_execution_config_is_validated(root):
     raw = yaml.safe_load(compose_text(["execution=ray", "execution.rows_per_shard=0"], root))
     with pytest.raises(ConfigError, match="rows_per_shard = 0"):
         validate_params(raw, "p")
+    raw = yaml.safe_load(compose_text(["execution=ray", "execution.encoder_num_gpus=-1"], root))
+    with pytest.raises(ConfigError, match="execution.encoder_num_gpus = -1"):
+        validate_params(raw, "p")
     raw = yaml.safe_load(compose_text(["execution=ray"], root))
     assert validate_params(raw, "p").execution.kind == "ray"
+    # Each role's own resources, else the shared ones; the bootstrap's tasks never ask for a GPU.
+    raw = yaml.safe_load(compose_text(["execution=ray", "execution.num_gpus=1", "execution.rollout_num_cpus=4",
+                                       "execution.encoder_num_gpus=0.5"], root))
+    ex = validate_params(raw, "p").execution
+    assert ex.resources("rollout") == {"CPU": 4.0, "GPU": 1.0}
+    assert ex.resources("encoder") == {"CPU": 1.0, "GPU": 0.5}
+    assert ex.resources("bootstrap") == {"CPU": 1.0}
 
 
 # ------------------------------------------------------------------------------------------- the cluster
@@ -152,7 +163,9 @@ def _actor_pids() -> list[int]:
 @pytest.mark.slow
 def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tmp_path):
     address, env = cluster
-    project = make_project(tmp_path / "p", ["protocol=tiny", "dynamics=tiny", "bootstrap=tiny"])
+    # Six episodes in two blocks of three, so that a model's blocks can run side by side on two of its actors.
+    common = ["protocol=tiny", "protocol.n_episodes=6", "protocol.episode_block=3", "dynamics=tiny", "bootstrap=tiny"]
+    project = make_project(tmp_path / "p", common)
     env = {**env, "DVC_NO_ANALYTICS": "1", "WMEVAL_CACHE_DIR": str(tmp_path / "cache-local")}
     _run([str(BIN / "dvc"), "repro"], project, env)
     local, local_card = _digests(project), _scorecard_without_run_record(project)
@@ -160,14 +173,17 @@ def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tm
                                                                         "bootstrap", "human"}
     # The same stages on the cluster, from a cold cache, in small shards (many tasks, both nodes busy).
     params = project / "params.yaml"
-    params.write_text(compose_text(["protocol=tiny", "dynamics=tiny", "bootstrap=tiny", "execution=ray",
-                                    f"execution.address={address}", "execution.rows_per_shard=64",
+    # Model actors of a tenth of a CPU: room for two actors per model, so each model's two blocks of episodes run
+    # side by side (sharded by world, model and block); encoder actors and bootstrap tasks keep one CPU.
+    params.write_text(compose_text([*common, "execution=ray", f"execution.address={address}",
+                                    "execution.rollout_num_cpus=0.1", "execution.rows_per_shard=64",
                                     "execution.replicates_per_shard=7", "execution.actors=2"], project))
     env_ray = {**env, "WMEVAL_CACHE_DIR": str(tmp_path / "cache-ray")}
     # Rollouts: every model on its own actor (observation blocks, then its dynamics queries), in waves the two
     # 1-CPU nodes can hold.
     r = _run([sys.executable, "stages/rollouts.py"], project, env_ray)
     assert "rollouts pendulum (ray)" in r.stderr and "dynamics pendulum (ray)" in r.stderr, r.stderr[-2000:]
+    assert re.search(r"world pendulum: models \[.*\] on 2 actor\(s\) each, 2 block\(s\)", r.stderr), r.stderr[-2000:]
     # Features, with one encoder actor's worker process killed once it is up: Ray restarts it and retries its
     # shards; the stage still succeeds with the same bytes.
     stage = subprocess.Popen([sys.executable, "stages/features.py"], cwd=project, env=env_ray,
@@ -224,7 +240,7 @@ def test_an_actor_killed_mid_shard_is_retried_and_finished_shards_are_kept(tmp_p
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)   # a new one, here
     try:
         ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", max_retries=2))
-        with ex.actor_group(Slow, [(str(marker),)] * 2) as actors:
+        with ex.actor_group(Slow, [(str(marker),)] * 2, "encoder") as actors:
             results = ActorPool(actors).map(lambda a, v: a.work.remote(v), range(6))
             killed = None
             out = []

@@ -246,8 +246,12 @@ class ExecutionConfig:
         kind: ``local`` (this process; Ray is not imported) or ``ray``.
         address: ``ray`` only: ``auto`` (a running cluster), ``local`` (start one here), ``ray://host:port``
             (Ray Client) or ``host:port`` (the head's GCS).
-        num_cpus: CPUs per model actor, encoder actor and bootstrap task.
-        num_gpus: GPUs per model actor and encoder actor (the bootstrap's tasks use none).
+        num_cpus: CPUs per model actor, encoder actor and bootstrap task, unless a role's own key says otherwise.
+        num_gpus: GPUs per model actor and encoder actor (the bootstrap's tasks use none), likewise.
+        rollout_num_cpus, rollout_num_gpus: the rollouts stage's model actors' own (``None``: ``num_cpus``,
+            ``num_gpus``).
+        encoder_num_cpus, encoder_num_gpus: the features stage's encoder actors' own.
+        bootstrap_num_cpus: each bootstrap task's own.
         actors: encoder actors (each loads the encoder once); 0: as many as the cluster has CPUs for.
         rows_per_shard: frames or clips per encoder call, rounded up to whole encoder batches.
         replicates_per_shard: bootstrap replicates per task.
@@ -261,14 +265,33 @@ class ExecutionConfig:
     address: str = "auto"
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    rollout_num_cpus: float | None = None
+    rollout_num_gpus: float | None = None
+    encoder_num_cpus: float | None = None
+    encoder_num_gpus: float | None = None
+    bootstrap_num_cpus: float | None = None
     actors: int = 0
     rows_per_shard: int = 512
     replicates_per_shard: int = 25
     max_retries: int = 3
     placement_timeout_s: float = 600.0
 
+    def resources(self, role: Literal["rollout", "encoder", "bootstrap"]) -> dict[str, float]:
+        """The Ray resources of one actor or task of ``role``: ``{"CPU": n}`` plus ``"GPU"`` when it has any."""
+        cpus = getattr(self, f"{role}_num_cpus")
+        gpus = 0.0 if role == "bootstrap" else getattr(self, f"{role}_num_gpus")
+        cpus = self.num_cpus if cpus is None else cpus
+        gpus = self.num_gpus if gpus is None and role != "bootstrap" else (gpus or 0.0)
+        return {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
+
 
 def _check_execution(ex: ExecutionConfig, source: str) -> None:
+    for role in ("rollout", "encoder", "bootstrap"):
+        for kind in ("cpus", "gpus") if role != "bootstrap" else ("cpus",):
+            v = getattr(ex, f"{role}_num_{kind}")
+            if v is not None and (v < 0 or (kind == "cpus" and v == 0)):
+                raise ConfigError(f"{source}: execution.{role}_num_{kind} = {v}; must be "
+                                  f"{'> 0' if kind == 'cpus' else '>= 0'} (or null: execution.num_{kind})")
     if ex.num_cpus <= 0 or ex.num_gpus < 0 or ex.actors < 0 or ex.max_retries < 0:
         raise ConfigError(f"{source}: execution: num_cpus = {ex.num_cpus} must be > 0, num_gpus = {ex.num_gpus}, "
                           f"actors = {ex.actors} and max_retries = {ex.max_retries} >= 0")

@@ -56,9 +56,9 @@ class RayExecutor:
             address = None if execution.address == "local" else execution.address
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
                      configure_logging=True)
-        self._run = ray.remote(_run_chunk).options(num_cpus=execution.num_cpus, max_retries=execution.max_retries,
-                                                   retry_exceptions=False)
-        self.capacity(num_gpus=0)          # a bootstrap task (no GPU) must fit on some node, or it would wait forever
+        self._run = ray.remote(_run_chunk).options(num_cpus=execution.resources("bootstrap")["CPU"],
+                                                   max_retries=execution.max_retries, retry_exceptions=False)
+        self.capacity("bootstrap")         # a bootstrap task must fit on some node, or it would wait forever
         log.info("execution: Ray cluster at %s with %s CPUs, %s GPUs", execution.address,
                  ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
 
@@ -88,14 +88,11 @@ class RayExecutor:
         """The ``ray`` module, connected."""
         return self._ray
 
-    def _bundle(self, num_gpus: float | None = None) -> dict[str, float]:
-        gpus = self.cfg.num_gpus if num_gpus is None else num_gpus
-        return {"CPU": float(self.cfg.num_cpus), **({"GPU": float(gpus)} if gpus else {})}
-
-    def capacity(self, num_gpus: float | None = None) -> int:
-        """How many actors of this config the cluster's live nodes can hold at once, node by node (an actor
+    def capacity(self, role: str) -> int:
+        """How many actors (or tasks) of ``role`` (``rollout``, ``encoder``, ``bootstrap``: their resources,
+        :meth:`ExecutionConfig.resources`) the cluster's live nodes can hold at once, node by node (an actor
         needs its whole bundle on one node). Raises :class:`ConfigError` when not even one fits."""
-        bundle = self._bundle(num_gpus)
+        bundle = self.cfg.resources(role)
         n = 0
         nodes = [nd for nd in self._ray.nodes() if nd.get("Alive")]
         for nd in nodes:
@@ -103,21 +100,22 @@ class RayExecutor:
             n += min(int(res.get(k, 0) // v) for k, v in bundle.items())
         if n == 0:
             have = [{k: nd.get("Resources", {}).get(k, 0) for k in ("CPU", "GPU")} for nd in nodes]
-            raise ConfigError(f"execution: no node of the Ray cluster at {self.cfg.address} can hold one actor of "
-                              f"{bundle} (its nodes have {have}); lower execution.num_cpus or execution.num_gpus")
+            raise ConfigError(f"execution: no node of the Ray cluster at {self.cfg.address} can hold one {role} "
+                              f"actor or task of {bundle} (its nodes have {have}); lower execution.{role}_num_cpus "
+                              f"or execution.{role}_num_gpus (or num_cpus, num_gpus)")
         return n
 
     @contextlib.contextmanager
-    def actor_group(self, cls: type, args: list[tuple], num_gpus: float | None = None) -> Iterator[list]:
-        """Actors ``cls(*a)`` for each ``a`` in ``args``, placed all at once (a Ray placement group: all or none,
-        so two stages or two queued experiments sharing the cluster never each hold half of what they need),
-        each restarted up to ``max_retries`` times when its process dies, its pending calls retried. Killed, and
-        their resources released, on the way out, whatever happens. Waits up to ``placement_timeout_s`` for
+    def actor_group(self, cls: type, args: list[tuple], role: str) -> Iterator[list]:
+        """Actors ``cls(*a)`` for each ``a`` in ``args``, each with ``role``'s resources, placed all at once (a
+        Ray placement group: all or none, so two stages or two queued experiments sharing the cluster never each
+        hold half of what they need), each restarted up to ``max_retries`` times when its process dies, its
+        pending calls retried. Killed, and their resources released, on the way out, whatever happens. Waits up to ``placement_timeout_s`` for
         room, then stops with an error naming what was asked."""
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        cfg, ray, bundle = self.cfg, self._ray, self._bundle(num_gpus)
+        cfg, ray, bundle = self.cfg, self._ray, self.cfg.resources(role)
         pg = placement_group([bundle] * len(args), strategy="SPREAD")
         actors: list = []
         try:

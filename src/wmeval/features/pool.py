@@ -52,15 +52,17 @@ class EncoderPool:
         """The pool for ``encoder_config`` on the device the encoder resolved to here (``device``): the same
         device, so the same numbers. Its actors are released on the way out."""
         cfg = ex.cfg
-        if device.startswith("cuda") and not cfg.num_gpus:
+        if device.startswith("cuda") and not cfg.resources("encoder").get("GPU"):
             raise ConfigError(f"execution: the encoder runs on {device} here (encoder.device = "
-                              f"{encoder_config.device!r}); give its Ray actors GPUs (execution.num_gpus) or set "
+                              f"{encoder_config.device!r}); give its Ray actors GPUs (execution.encoder_num_gpus or "
+                              "num_gpus) or set "
                               "encoder.device=cpu, so that the cluster computes what this machine would")
         config = dataclasses.replace(encoder_config, device=device)
-        n = min(cfg.actors or ex.capacity(), ex.capacity())
+        room = ex.capacity("encoder")
+        n = min(cfg.actors or room, room)
         if cfg.actors > n:
             log.warning("execution: %d encoder actors asked for, the cluster holds %d at once", cfg.actors, n)
-        with ex.actor_group(EncoderActor, [(config, os.getcwd())] * n) as actors:
+        with ex.actor_group(EncoderActor, [(config, os.getcwd())] * n, "encoder") as actors:
             pool = cls(ex, actors, encoder_config.batch_size)
             log.info("execution: %d encoder actors, %d rows per shard", n, pool.rows)
             yield pool

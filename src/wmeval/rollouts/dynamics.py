@@ -454,10 +454,11 @@ def _rows_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], names: list[
     import os
 
     out: dict[str, tuple] = {}
-    wave = executor.capacity()
+    wave = executor.capacity("rollout")
     for w in range(0, len(names), wave):
         group = names[w:w + wave]
-        with executor.actor_group(DynamicsActor, [(wcfg, n, dict(models_cfg[n]), os.getcwd()) for n in group]) as handles:
+        with executor.actor_group(DynamicsActor, [(wcfg, n, dict(models_cfg[n]), os.getcwd()) for n in group],
+                                  "rollout") as handles:
             futures = {n: a.rows.remote(dyn, protocol) for n, a in zip(group, handles)}
             for n in group:
                 out[n] = executor.ray.get(futures[n])

@@ -446,44 +446,56 @@ class ModelActor:
 def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
                             progress: bool, world: World, models: dict[str, Any],
                             executor: Any) -> Iterator[tuple[str, pa.Table]]:
-    """:func:`world_tables` with each model on a Ray actor. An actor holds its CPUs (and GPUs) for its life, so
-    models run in waves of as many actors as the cluster has room for (more would wait forever for a model
-    that is never released); each wave's blocks are realized again from their seeded streams (the same
-    episodes), and every source's blocks still reach its file in block order."""
+    """:func:`world_tables` with each model on Ray actors, sharded by (model, block of episodes). An actor holds
+    its CPUs (and GPUs) for its life, so models run in waves of as many actors as the cluster has room for (more
+    would wait forever for a model that is never released). Room to spare in a wave goes to more actors per
+    model, each loading the model once: a model's blocks of episodes then run side by side, one per actor (a
+    block's random streams are keyed by the block, so any actor gives the same rows). Each wave's blocks are
+    realized again from their seeded streams (the same episodes), and every source's blocks still reach its file
+    in block order."""
     eps = draw_episodes(world, protocol)
     eps.plan(teacher_forced_plan(world, protocol.teacher_forced_plan))
     blocks = episode_blocks(protocol.n_episodes, protocol.episode_block)
     names = list(models)
-    wave = executor.capacity()
+    room = executor.capacity("rollout")
     first: dict[str, pa.Schema] = {}
     with tqdm(total=len(blocks) * len(models) * (len(eps.plans) + 1), desc=f"rollouts {world.name} (ray)",
               unit="rollout", disable=not progress) as bar:
-        for w in range(0, len(names), wave):
-            group = names[w:w + wave]
-            args = [(wcfg, name, dict(models_cfg[name]), os.getcwd()) for name in group]
-            with executor.actor_group(ModelActor, args) as handles:       # killed however the wave ends
-                actors = dict(zip(group, handles))
-                for i, (lo, hi) in enumerate(blocks):
-                    block = realize(world, protocol, eps, i, lo, hi)
+        for w in range(0, len(names), room):
+            group = names[w:w + room]
+            per_model = max(1, min(room // len(group), len(blocks)))
+            log.info("execution: world %s: models %s on %d actor(s) each, %d block(s) of episodes", world.name,
+                     group, per_model, len(blocks))
+            args = [(wcfg, name, dict(models_cfg[name]), os.getcwd()) for name in group for _ in range(per_model)]
+            with executor.actor_group(ModelActor, args, "rollout") as handles:     # killed however the wave ends
+                actors = {name: handles[k * per_model:(k + 1) * per_model] for k, name in enumerate(group)}
+                for s in range(0, len(blocks), per_model):          # one block per actor of each model at a time
+                    step = range(s, min(s + per_model, len(blocks)))
+                    realized = {i: realize(world, protocol, eps, i, *blocks[i]) for i in step}
                     if w == 0:
-                        table = ground_truth_table(world, wcfg, protocol, block)
-                        _check_block(first, GROUND_TRUTH, table, world, lo, hi)
-                        yield GROUND_TRUTH, table
-                        del table
-                    ref = executor.ray.put(block)
-                    futures = {name: actors[name].table.remote(wcfg, protocol, ref, blocks) for name in group}
+                        for i in step:
+                            table = ground_truth_table(world, wcfg, protocol, realized[i])
+                            _check_block(first, GROUND_TRUTH, table, world, *blocks[i])
+                            yield GROUND_TRUTH, table
+                            del table
+                    refs = {i: executor.ray.put(realized[i]) for i in step}
+                    futures = {(name, i): actors[name][i - s].table.remote(wcfg, protocol, refs[i], blocks)
+                               for name in group for i in step}
                     for name in group:
-                        table = executor.ray.get(futures.pop(name))
-                        bar.update(len(eps.plans) + 1)
-                        _check_block(first, name, table, world, lo, hi)
-                        yield name, table
-                        del table
-                    del block, ref
-                for name, actor in actors.items():
+                        for i in step:
+                            table = executor.ray.get(futures.pop((name, i)))
+                            bar.update(len(eps.plans) + 1)
+                            _check_block(first, name, table, world, *blocks[i])
+                            yield name, table
+                            del table
+                    del realized, refs
+                for name, replicas in actors.items():
                     model = models[name]
                     if hasattr(model, "unread_files"):
-                        unread = executor.ray.get(actor.unread_files.remote())
-                        model.unread_files = lambda unread=unread: unread    # what the actor read, not this copy
+                        # A file any of its actors read was read: what none of them read is unread.
+                        lists = executor.ray.get([a.unread_files.remote() for a in replicas])
+                        unread = [f for f in lists[0] if all(f in other for other in lists[1:])]
+                        model.unread_files = lambda unread=unread: unread    # what the actors read, not this copy
                     _warn_unread(model, name, world)
 
 
