@@ -165,7 +165,8 @@ def main() -> int:
     results["rollouts"] = {"local": {"seconds": t, "episodes_per_s": args.episodes / t}, "blocks": n_blocks}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     for actors in (1, 2):
-        ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", rollout_num_cpus=2.0 / actors))
+        ex = RayExecutor(ExecutionConfig(kind="ray", address="auto", rollout_num_cpus=1.0,
+                                         rollout_actors_per_model=actors))
         rollouts(ex)                                                         # worker processes warm
         t, tabs = timed(lambda ex=ex: rollouts(ex), args.repeats)
         results["rollouts"][f"ray_{actors}"] = {

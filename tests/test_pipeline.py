@@ -242,6 +242,12 @@ def test_a_study_answered_in_chromium_composes_into_the_scorecard(project, tmp_p
     from wmeval.human.simulate import RaterPopulation, SimulatedRater
 
     _require_browser(browser)
+    # The study is of this run's frames: bring the workspace back to the committed config's run first (an earlier
+    # test left a `dvc exp run`'s outputs there), so that the human stage validates against the frames shown.
+    params = project / "params.yaml"
+    before = params.read_text()
+    params.write_text(compose_text([], project))
+    run([str(BIN / "dvc"), "repro"], project)
     study = project / "studies" / "pilot"
     study.mkdir(parents=True)
     cands = ["stochastic", "mean", "realized"]
@@ -275,8 +281,6 @@ def test_a_study_answered_in_chromium_composes_into_the_scorecard(project, tmp_p
         assert out["answers"] == out["text_copy"] and len(out["answers"]["answers"]) == len(trials)
         assert all(a["response_ms"] >= 0 for a in out["answers"]["answers"])
         shutil.copy(out["file"], study / "answers" / out["file"].name)
-    params = project / "params.yaml"
-    before = params.read_text()
     try:
         params.write_text(compose_text(["human.study=studies/pilot", "human.n_resamples=200"], project))
         r = run([str(BIN / "dvc"), "repro"], project)

@@ -47,6 +47,9 @@ def test_execution_config_is_validated(root):
     raw = yaml.safe_load(compose_text(["execution=ray", "execution.rows_per_shard=0"], root))
     with pytest.raises(ConfigError, match="rows_per_shard = 0"):
         validate_params(raw, "p")
+    raw = yaml.safe_load(compose_text(["execution=ray", "execution.rollout_actors_per_model=-1"], root))
+    with pytest.raises(ConfigError, match="rollout_actors_per_model = -1"):
+        validate_params(raw, "p")
     raw = yaml.safe_load(compose_text(["execution=ray", "execution.encoder_num_gpus=-1"], root))
     with pytest.raises(ConfigError, match="execution.encoder_num_gpus = -1"):
         validate_params(raw, "p")
@@ -173,10 +176,11 @@ def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tm
                                                                         "bootstrap", "human"}
     # The same stages on the cluster, from a cold cache, in small shards (many tasks, both nodes busy).
     params = project / "params.yaml"
-    # Model actors of a tenth of a CPU: room for two actors per model, so each model's two blocks of episodes run
-    # side by side (sharded by world, model and block); encoder actors and bootstrap tasks keep one CPU.
+    # Two actors of a tenth of a CPU per model, so each model's two blocks of episodes run side by side (sharded
+    # by world, model and block); encoder actors and bootstrap tasks keep one CPU.
     params.write_text(compose_text([*common, "execution=ray", f"execution.address={address}",
-                                    "execution.rollout_num_cpus=0.1", "execution.rows_per_shard=64",
+                                    "execution.rollout_num_cpus=0.1", "execution.rollout_actors_per_model=2",
+                                    "execution.rows_per_shard=64",
                                     "execution.replicates_per_shard=7", "execution.actors=2"], project))
     env_ray = {**env, "WMEVAL_CACHE_DIR": str(tmp_path / "cache-ray")}
     # Rollouts: every model on its own actor (observation blocks, then its dynamics queries), in waves the two

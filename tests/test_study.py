@@ -310,10 +310,22 @@ def test_evaluators_are_validated_only_on_the_frames_the_study_showed(tmp_path, 
     changed = pa.FixedShapeTensorArray.from_numpy_ndarray(frames)
     pq.write_table(table.set_column(table.schema.get_field_index("frame"), "frame", changed), path)
     summary, _ = analyse_study(study, **kw)
-    assert summary["frames_changed"] == [f"{MODELS[1]}: frames differ in {rollouts / 'w'}"]
+    assert summary["frames_changed"] == [f"candidate {MODELS[1]}: frames differ in {rollouts / 'w'}"]
     assert {e["verdict"] for e in summary["evaluators"]} == {"not validated"}
     assert "other frames than this run's rollouts" in summary["evaluators"][0]["note"]
     assert summary["per_question"]                                # the judgments themselves are still reported
+    pq.write_table(table, path)                                   # the shown frames back: validated again
+    assert analyse_study(study, **kw)[0]["frames_changed"] == []
+    # The consistency trials print the actions by name: renamed actions are a change of what was shown.
+    from wmeval.tables.io import read_metadata
+
+    gt = rollouts / "w" / "ground_truth.parquet"
+    truth = pq.read_table(gt)
+    meta = read_metadata(gt)
+    meta["world"]["actions"] = {"west": -1.0, "east": 1.0}
+    write_table(with_metadata(truth.replace_schema_metadata({}), meta), gt)
+    summary, _ = analyse_study(study, **kw)
+    assert summary["frames_changed"] == [f"actions: frames differ in {rollouts / 'w'}"]
     path.unlink()
     summary, _ = analyse_study(study, **kw)
     assert "no rollouts of candidate 'beta-model'" in summary["frames_changed"][0]

@@ -252,6 +252,8 @@ class ExecutionConfig:
             ``num_gpus``).
         encoder_num_cpus, encoder_num_gpus: the features stage's encoder actors' own.
         bootstrap_num_cpus: each bootstrap task's own.
+        rollout_actors_per_model: actors per model in the rollouts stage, its blocks of episodes spread over them
+            (0: as many as the cluster holds beside the wave's other models).
         actors: encoder actors (each loads the encoder once); 0: as many as the cluster has CPUs for.
         rows_per_shard: frames or clips per encoder call, rounded up to whole encoder batches.
         replicates_per_shard: bootstrap replicates per task.
@@ -270,6 +272,7 @@ class ExecutionConfig:
     encoder_num_cpus: float | None = None
     encoder_num_gpus: float | None = None
     bootstrap_num_cpus: float | None = None
+    rollout_actors_per_model: int = 1
     actors: int = 0
     rows_per_shard: int = 512
     replicates_per_shard: int = 25
@@ -292,6 +295,9 @@ def _check_execution(ex: ExecutionConfig, source: str) -> None:
             if v is not None and (v < 0 or (kind == "cpus" and v == 0)):
                 raise ConfigError(f"{source}: execution.{role}_num_{kind} = {v}; must be "
                                   f"{'> 0' if kind == 'cpus' else '>= 0'} (or null: execution.num_{kind})")
+    if ex.rollout_actors_per_model < 0:
+        raise ConfigError(f"{source}: execution.rollout_actors_per_model = {ex.rollout_actors_per_model}; must be >= 0 "
+                          "(0: as many as the cluster holds)")
     if ex.num_cpus <= 0 or ex.num_gpus < 0 or ex.actors < 0 or ex.max_retries < 0:
         raise ConfigError(f"{source}: execution: num_cpus = {ex.num_cpus} must be > 0, num_gpus = {ex.num_gpus}, "
                           f"actors = {ex.actors} and max_retries = {ex.max_retries} >= 0")

@@ -100,9 +100,10 @@ class RayExecutor:
             n += min(int(res.get(k, 0) // v) for k, v in bundle.items())
         if n == 0:
             have = [{k: nd.get("Resources", {}).get(k, 0) for k in ("CPU", "GPU")} for nd in nodes]
+            keys = f"execution.{role}_num_cpus" + ("" if role == "bootstrap" else f" or {role}_num_gpus")
             raise ConfigError(f"execution: no node of the Ray cluster at {self.cfg.address} can hold one {role} "
-                              f"actor or task of {bundle} (its nodes have {have}); lower execution.{role}_num_cpus "
-                              f"or execution.{role}_num_gpus (or num_cpus, num_gpus)")
+                              f"actor or task of {bundle} (its nodes have {have}); lower {keys} (or num_cpus, "
+                              "num_gpus)")
         return n
 
     @contextlib.contextmanager
@@ -110,8 +111,8 @@ class RayExecutor:
         """Actors ``cls(*a)`` for each ``a`` in ``args``, each with ``role``'s resources, placed all at once (a
         Ray placement group: all or none, so two stages or two queued experiments sharing the cluster never each
         hold half of what they need), each restarted up to ``max_retries`` times when its process dies, its
-        pending calls retried. Killed, and their resources released, on the way out, whatever happens. Waits up to ``placement_timeout_s`` for
-        room, then stops with an error naming what was asked."""
+        pending calls retried. Killed, and their resources released, on the way out, whatever happens. Waits up
+        to ``placement_timeout_s`` for room, then stops with an error naming what was asked."""
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -124,8 +125,9 @@ class RayExecutor:
             except ray.exceptions.GetTimeoutError:
                 raise WmevalError(f"execution: the Ray cluster at {cfg.address} could not place {len(args)} actor(s) "
                                   f"of {bundle} within {cfg.placement_timeout_s} s (free: "
-                                  f"{ray.available_resources()}); lower execution.actors, num_cpus or num_gpus, or "
-                                  "wait for other work on the cluster") from None
+                                  f"{ray.available_resources()}); lower execution.actors or "
+                                  f"rollout_actors_per_model, {role}_num_cpus / {role}_num_gpus (or num_cpus, "
+                                  "num_gpus), or wait for other work on the cluster") from None
             remote = ray.remote(cls)
             for i, a in enumerate(args):
                 actors.append(remote.options(

@@ -8,7 +8,8 @@ beside the design:
 - ``study.json``: the design, the randomization scheme and seed, the digests of the rollout files the frames
   came from and of the decoded frames the pages show (:func:`shown_digests`; the human stage validates a
   metric only while this run's frames are those, :func:`frames_changed`), and the *key*: for every rater,
-  every trial's episode, plan, question and which candidate stands on which side. The key never leaves the experimenter; the pages do not contain it.
+  every trial's episode, plan, question and which candidate stands on which side. The key never leaves the
+  experimenter; the pages do not contain it.
 - ``pages/<rater>.html``: one self-contained page per rater (frames inline as PNG ``data:`` URIs, no script or
   style from anywhere else). It shows the consent text and the instructions from the design, then the trials;
   it records each answer and its response time, keeps them in the browser's local storage (a reload resumes),
@@ -310,7 +311,7 @@ def _read_sources(folder: Path, candidates: Iterable[str]) -> tuple[dict, dict, 
     gt = folder / "ground_truth.parquet"
     if not gt.is_file():
         raise WmevalError(f"{gt}: missing; run the pipeline (`dvc repro rollouts`) with world {folder.name!r} "
-                          "before exporting a study of it")
+                          "(a study is exported from, and checked against, its rollouts)")
     truth, context, actions, conditions = _frames(gt, "realized", "the realized futures")
     futures: dict[tuple[str, int, str], np.ndarray] = {}
     digests = {gt.name: _sha256(gt)}
@@ -333,11 +334,21 @@ def _read_sources(folder: Path, candidates: Iterable[str]) -> tuple[dict, dict, 
     return context, futures, actions, conditions, available, digests
 
 
+def _action_labels(gt: Path) -> dict[float, str]:
+    """The world's action names (rollout metadata ``world.actions``) by value: what consistency trials print."""
+    from wmeval.tables.io import read_metadata
+
+    meta_actions = (read_metadata(gt).get("world") or {}).get("actions") or {}
+    return {float(v): str(name) for name, v in meta_actions.items() if isinstance(v, (int, float))}
+
+
 def shown_digests(context: dict, futures: dict, actions: dict, candidates: Iterable[str],
-                  keys: Iterable[tuple[int, str]], check_keys: Iterable[tuple[int, str]]) -> dict[str, str | None]:
-    """sha256 of what a study's pages show, per candidate (its sample-0 continuation of every (episode, plan) in
-    ``keys``; the realized future also of the attention checks' ``check_keys``, whose corrupted copy it makes),
-    and of the context frames and the actions. ``None`` for a part whose frames are missing.
+                  keys: Iterable[tuple[int, str]], check_keys: Iterable[tuple[int, str]],
+                  action_labels: dict[float, str]) -> dict[str, Any]:
+    """sha256 of what a study's pages show: ``{"candidates": {name: digest}, "context": ..., "actions": ...}``,
+    per candidate its sample-0 continuation of every (episode, plan) in ``keys`` (the realized future also of the
+    attention checks' ``check_keys``, whose corrupted copy it makes), then the context frames, and the actions
+    with the names the consistency trials print for them. ``None`` for a part whose frames are missing.
 
     The digests cover the decoded frames, not the files, so that a rollout file rewritten with the same frames
     (new code-version metadata, say) still matches the judgments made of it."""
@@ -356,29 +367,35 @@ def shown_digests(context: dict, futures: dict, actions: dict, candidates: Itera
         return h.hexdigest()
 
     sources = set(candidates) | ({REALIZED} if check_keys else set())
-    out: dict[str, str | None] = {c: digest(futures, every if c == REALIZED else keys, (c,)) for c in sorted(sources)}
-    out["context"] = digest(context, every)
-    out["actions"] = digest(actions, keys)
-    return out
+    acts = digest(actions, keys)
+    labels = json.dumps(sorted(action_labels.items())).encode()
+    return {"candidates": {c: digest(futures, every if c == REALIZED else keys, (c,)) for c in sorted(sources)},
+            "context": digest(context, every),
+            "actions": None if acts is None else hashlib.sha256(acts.encode() + labels).hexdigest()}
 
 
 def frames_changed(study: dict, folder: Path) -> list[str]:
     """The parts of what ``study`` (a loaded ``study.json``) showed whose frames in the rollouts ``folder`` (this
     run's, of the study's world) are no longer the same: candidates, ``context`` or ``actions``, each with why.
     Empty when every shown frame is still there, unchanged."""
+    import pyarrow as pa
+
     shown = study.get("shown")
-    if shown is None:
+    if not isinstance(shown, dict) or not isinstance(shown.get("candidates"), dict):
         return ["study.json records no digests of the frames shown (exported by an earlier wmeval)"]
     design = study["design"]
     try:
         context, futures, actions, _, _, _ = _read_sources(folder, design["candidates"])
-    except WmevalError as e:
-        return [str(e)]
+        labels = _action_labels(folder / "ground_truth.parquet")
+    except (WmevalError, OSError, pa.ArrowException) as e:
+        return [f"{folder}: {e}" if str(folder) not in str(e) else str(e)]
     keys = [(e, p) for e in study["episodes"] for p in study["plans"]]
     checks = [(t["episode"], t["plan"]) for ts in study["raters"].values() for t in ts if t["attention_check"]]
-    now = shown_digests(context, futures, actions, design["candidates"], keys, checks)
-    return [f"{part}: {'frames missing' if now.get(part) is None else 'frames differ'} in {folder}"
-            for part in sorted(shown) if now.get(part) != shown[part]]
+    now = shown_digests(context, futures, actions, design["candidates"], keys, checks, labels)
+    parts = [(f"candidate {c}", now["candidates"].get(c), d) for c, d in sorted(shown["candidates"].items())]
+    parts += [(part, now[part], shown.get(part)) for part in ("context", "actions")]
+    return [f"{name}: {'frames missing' if new is None else 'frames differ'} in {folder}"
+            for name, new, old in parts if new != old]
 
 
 def load_clips(design: StudyDesign, root: Path) -> Clips:
@@ -416,13 +433,7 @@ def load_clips(design: StudyDesign, root: Path) -> Clips:
         if len(set(lens.values())) != 1:
             raise WmevalError(f"{folder}: episode {e}: the candidates' continuations differ in length {lens}; "
                               "matched playback needs equal lengths")
-    from wmeval.tables.io import read_metadata
-
-    labels = {}
-    meta_actions = (read_metadata(gt).get("world") or {}).get("actions") or {}
-    for name, value in meta_actions.items():
-        if isinstance(value, (int, float)):
-            labels[float(value)] = str(name)
+    labels = _action_labels(gt)
     # Attention checks show episodes outside the study's where the rollouts have them, so that a check's
     # realized clip is never one the rater also sees in a compared trial.
     pool = sorted((e, p) for (e, p) in available[REALIZED]
@@ -574,7 +585,7 @@ def export_study(design_path: str | Path, root: str | Path = ".", force: bool = 
            "shown": shown_digests(clips.context, clips.futures, clips.actions, design.candidates,
                                   [(e, p) for e in clips.episodes for p in clips.plans],
                                   [(t["episode"], t["plan"]) for ts in trials.values() for t in ts
-                                   if t["attention_check"]]),
+                                   if t["attention_check"]], clips.action_labels),
            "randomization": {"seed": design.seed, "generator": "numpy PCG64 via wmeval.core.make_rng(seed, 'study', "
                              "name, rater index)", "order": "trials drawn, sides, repeats, attention checks, "
                              "order shown"},

@@ -448,8 +448,9 @@ def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], prot
                             executor: Any) -> Iterator[tuple[str, pa.Table]]:
     """:func:`world_tables` with each model on Ray actors, sharded by (model, block of episodes). An actor holds
     its CPUs (and GPUs) for its life, so models run in waves of as many actors as the cluster has room for (more
-    would wait forever for a model that is never released). Room to spare in a wave goes to more actors per
-    model, each loading the model once: a model's blocks of episodes then run side by side, one per actor (a
+    would wait forever for a model that is never released). With ``execution.rollout_actors_per_model`` above 1
+    (0: all the room a wave leaves), a model gets several actors, each loading the model once: its blocks of
+    episodes then run side by side, one per actor (a
     block's random streams are keyed by the block, so any actor gives the same rows). Each wave's blocks are
     realized again from their seeded streams (the same episodes), and every source's blocks still reach its file
     in block order."""
@@ -463,7 +464,8 @@ def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], prot
               unit="rollout", disable=not progress) as bar:
         for w in range(0, len(names), room):
             group = names[w:w + room]
-            per_model = max(1, min(room // len(group), len(blocks)))
+            wanted = executor.cfg.rollout_actors_per_model or room
+            per_model = max(1, min(wanted, room // len(group), len(blocks)))
             log.info("execution: world %s: models %s on %d actor(s) each, %d block(s) of episodes", world.name,
                      group, per_model, len(blocks))
             args = [(wcfg, name, dict(models_cfg[name]), os.getcwd()) for name in group for _ in range(per_model)]
@@ -472,15 +474,15 @@ def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], prot
                 for s in range(0, len(blocks), per_model):          # one block per actor of each model at a time
                     step = range(s, min(s + per_model, len(blocks)))
                     realized = {i: realize(world, protocol, eps, i, *blocks[i]) for i in step}
+                    refs = {i: executor.ray.put(realized[i]) for i in step}
+                    futures = {(name, i): actors[name][i - s].table.remote(wcfg, protocol, refs[i], blocks)
+                               for name in group for i in step}           # the actors work while the truth is written
                     if w == 0:
                         for i in step:
                             table = ground_truth_table(world, wcfg, protocol, realized[i])
                             _check_block(first, GROUND_TRUTH, table, world, *blocks[i])
                             yield GROUND_TRUTH, table
                             del table
-                    refs = {i: executor.ray.put(realized[i]) for i in step}
-                    futures = {(name, i): actors[name][i - s].table.remote(wcfg, protocol, refs[i], blocks)
-                               for name in group for i in step}
                     for name in group:
                         for i in step:
                             table = executor.ray.get(futures.pop((name, i)))
