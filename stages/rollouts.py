@@ -6,6 +6,8 @@
 
 import dataclasses
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wmeval.core.config import load_params, world_dynamics
@@ -13,7 +15,7 @@ from wmeval.core.execution import executor_for
 from wmeval.core.runner import main
 from wmeval.rollouts import build_models
 from wmeval.rollouts.dynamics import dynamics_tables
-from wmeval.rollouts.episodes import check_memory, world_tables
+from wmeval.rollouts.episodes import check_memory, side_by_side_safe, world_tables
 from wmeval.rollouts.inputs import (
     check_declared,
     model_inputs,
@@ -40,8 +42,8 @@ def run() -> None:
         check_memory(world, params.protocol, len(params.models[name].entries) if name in params.models else 0)
     ex = executor_for(params.execution)           # None: here; Ray: each model on its own actor
     with atomic_dir(OUT) as tmp:
-        for name, wcfg in params.worlds.items():
-            world = worlds[name]
+        def one(name: str) -> None:
+            wcfg, world = params.worlds[name], worlds[name]
             entries = params.models[name].entries if name in params.models else {}
             models = build_models(world, entries)
             (tmp / name / "dynamics").mkdir(parents=True)
@@ -59,6 +61,14 @@ def run() -> None:
                 write_table(table, tmp / name / "dynamics" / f"{source}.parquet")
                 log.info("%s/dynamics/%s: %d rows", name, source, table.num_rows)
 
+        side_by_side = [n for n in params.worlds if side_by_side_safe(worlds[n], params.models.get(n), ex)]
+        with ThreadPoolExecutor(max_workers=max(1, min(len(side_by_side), os.cpu_count() or 1))) as pool:
+            futures = [pool.submit(one, n) for n in side_by_side]
+            for n in params.worlds:                     # the others here, one after another
+                if n not in side_by_side:
+                    one(n)
+            for f in futures:
+                f.result()
 
 if __name__ == "__main__":
     main(run)

@@ -42,6 +42,7 @@ from threadpoolctl import threadpool_limits
 
 from wmeval.core.config import ScoringConfig
 from wmeval.core.errors import WmevalError
+from wmeval.core.parallel import can_fork, fork_map
 from wmeval.core.rng import make_rng
 from wmeval.estimators.resample import (
     BootstrapResult,
@@ -726,10 +727,14 @@ class FDInfinity:
 
 
 def _map_replicates(fn, items, n_jobs: int | None, progress, executor) -> list:
-    """``[fn(x) for x in items]``: on ``n_jobs`` threads with single-threaded BLAS, or as Ray tasks
-    (``executor``, also single-threaded BLAS) merged in item order. Each result depends on its item alone."""
+    """``[fn(x) for x in items]``, merged in item order, each result depending on its item alone, computed with
+    single-threaded BLAS wherever it runs: as Ray tasks (``executor``); on Linux in ``n_jobs`` forked worker
+    processes (:func:`wmeval.core.parallel.fork_map`: a replicate is many small LAPACK calls, so threads would
+    wait for the GIL); elsewhere on ``n_jobs`` threads. The same bits in every case."""
     if executor is not None:
         return executor.map(fn, items, progress=None if progress is None else progress.update)
+    if can_fork():
+        return fork_map(fn, items, n_jobs, None if progress is None else progress.update)
     out = []
     with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or os.cpu_count() or 1) as pool:
         for v in pool.map(fn, items):
@@ -768,9 +773,9 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
 
     Each replicate depends only on its row of ``counts``: serial and parallel runs give identical
-    numbers. Replicates are spread over ``n_jobs`` threads (all cores by default; LAPACK releases
-    the GIL), each with single-threaded BLAS: threaded BLAS inside every worker oversubscribes the
-    cores many times over (measured: 6 s became 110 s on 2 cores).
+    numbers. Replicates are spread over ``n_jobs`` workers (all cores by default: forked processes on
+    Linux, else threads; :func:`_map_replicates`), each with single-threaded BLAS: threaded BLAS inside
+    every worker oversubscribes the cores many times over (measured: 6 s became 110 s on 2 cores).
 
     Per view and stratum, one of two forms: with at most ``GRAM_ROWS_PER_DIM * d`` rows a side
     (Inception's d = 2048 against a few thousand rows), the row Grams are built once and every

@@ -230,8 +230,8 @@ def _blur_valid(x: np.ndarray) -> np.ndarray:
     from numpy.lib.stride_tricks import sliding_window_view
 
     w = _gaussian_taps()
-    y = sliding_window_view(x, SSIM_WINDOW, axis=1) @ w
-    return sliding_window_view(y, SSIM_WINDOW, axis=2) @ w
+    y = np.einsum("bhwck,k->bhwc", sliding_window_view(x, SSIM_WINDOW, axis=1), w)
+    return np.einsum("bhwck,k->bhwc", sliding_window_view(y, SSIM_WINDOW, axis=2), w)
 
 
 def ssim(pred, target, *, data_range: float = 1.0) -> np.ndarray:

@@ -27,10 +27,12 @@ from .base import History, Prediction
 
 FeatureName = Literal["linear", "action-blind", "sin-features"]
 
+# np.column_stack builds the same C-ordered array as np.c_ (so the same product with W, bit for bit) at a
+# fraction of np.c_'s indexing overhead: the models call these once per step of every rollout.
 FEATURES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "linear": lambda s, a: np.c_[s, a, np.ones(len(s))],
-    "action-blind": lambda s, a: np.c_[s, np.sin(s[:, :1]), np.ones(len(s))],
-    "sin-features": lambda s, a: np.c_[s, np.sin(s[:, :1]), a, np.ones(len(s))],
+    "linear": lambda s, a: np.column_stack([s, a, np.ones(len(s))]),
+    "action-blind": lambda s, a: np.column_stack([s, np.sin(s[:, :1]), np.ones(len(s))]),
+    "sin-features": lambda s, a: np.column_stack([s, np.sin(s[:, :1]), a, np.ones(len(s))]),
 }
 
 

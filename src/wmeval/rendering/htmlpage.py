@@ -7,10 +7,11 @@ fetched; figures are matplotlib SVG inlined into the document (text kept as text
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;
@@ -81,8 +82,50 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, cell_classes:
     return "".join(out)
 
 
+#: Figures waiting to be rendered (inside :func:`deferred_figures`), each standing in the page as a placeholder.
+_DEFERRED: list | None = None
+
+
+@contextlib.contextmanager
+def deferred_figures() -> Iterator[Callable[[str], str]]:
+    """Inside, :func:`figure_svg` returns a placeholder and keeps the figure; the yielded function renders every
+    kept figure (in forked processes, :func:`wmeval.core.parallel.fork_map`: each figure's SVG is the same bytes
+    wherever it is drawn) and puts them in place of their placeholders in a text."""
+    global _DEFERRED
+    _DEFERRED = []
+    pending = _DEFERRED
+
+    def resolve(text: str) -> str:
+        from wmeval.core.parallel import fork_map
+
+        svgs = fork_map(_render_deferred, list(range(len(pending))))
+        return re.sub(r"<!--wmeval-figure-(\d+)-->", lambda m: svgs[int(m.group(1))], text)
+
+    try:
+        yield resolve
+    finally:
+        import matplotlib.pyplot as plt
+
+        for fig, _ in pending:
+            plt.close(fig)
+        _DEFERRED = None
+
+
+def _render_deferred(i: int) -> str:
+    fig, caption = _DEFERRED[i]
+    return _figure_svg(fig, caption)
+
+
 def figure_svg(fig, caption: str | None = None) -> str:
-    """A matplotlib figure as an inline ``<figure>`` with SVG (text kept as text); closes the figure."""
+    """A matplotlib figure as an inline ``<figure>`` with SVG (text kept as text); closes the figure. Inside
+    :func:`deferred_figures`, a placeholder that its ``resolve`` replaces."""
+    if _DEFERRED is not None:
+        _DEFERRED.append((fig, caption))
+        return f"<!--wmeval-figure-{len(_DEFERRED) - 1}-->"
+    return _figure_svg(fig, caption)
+
+
+def _figure_svg(fig, caption: str | None) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()

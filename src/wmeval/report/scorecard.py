@@ -30,7 +30,7 @@ from wmeval.rendering.document import (
     to_html,
     to_markdown,
 )
-from wmeval.rendering.htmlpage import esc
+from wmeval.rendering.htmlpage import deferred_figures, esc
 from wmeval.report.cards import REGIME_LABEL, protocol_cards
 from wmeval.report.human import human_section
 
@@ -824,9 +824,10 @@ def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFra
            provenance: dict[str, Any] | None = None, coverage: dict[str, Any] | None = None,
            cards: dict | None = None, human: dict[str, Any] | None = None) -> tuple[str, str]:
     """The scorecard as ``(markdown, html)``, from one document (the figures appear in the HTML only)."""
-    doc = build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True, coverage=coverage,
-                cards=cards, human=human)
-    return to_markdown(doc), to_html(doc, "wmeval scorecard")
+    with deferred_figures() as resolve:     # the figures are drawn side by side at the end, each the same bytes
+        doc = build(intervals, protocol, curves, kcurves, points, provenance, with_figures=True, coverage=coverage,
+                    cards=cards, human=human)
+        return to_markdown(doc), resolve(to_html(doc, "wmeval scorecard"))
 
 
 INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",

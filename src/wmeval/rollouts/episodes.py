@@ -501,6 +501,20 @@ def _world_tables_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], prot
                     _warn_unread(model, name, world)
 
 
+def side_by_side_safe(world: World, models_cfg: Any, executor: Any) -> bool:
+    """Whether a world's rollouts may run on a thread beside other worlds' and still give the same bytes: a
+    built-in simulated world (pure numpy, its own seeded streams) whose models are all wmeval's own, run here.
+    Gymnasium environments (pygame and MuJoCo renderers), recorded datasets, user worlds and user models (their
+    thread safety and global state are theirs) run one after another."""
+    from wmeval.worlds.blobs import BlobWorld
+    from wmeval.worlds.pendulum import PendulumWorld
+
+    if executor is not None or not isinstance(world, (BlobWorld, PendulumWorld)):
+        return False
+    entries = dict(models_cfg.entries) if models_cfg is not None else {}
+    return all(str(cfg.get("_target_", "")).startswith("wmeval.models.") for cfg in entries.values())
+
+
 def run_world(wcfg: WorldConfig, models_cfg: dict[str, dict], protocol: ProtocolConfig,
               progress: bool = True, *, world: World | None = None,
               models: dict[str, Any] | None = None) -> dict[str, pa.Table]:

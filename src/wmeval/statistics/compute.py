@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,7 +344,12 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
     sc = params.scoring
     lpips_model, lpips_record = (None, None) if sc.lpips is None else load_lpips(
         sc.lpips, directory=params.encoder.weights_dir)
-    rows = {world: world_rows(params, world, rollouts, features, lpips_model) for world in params.worlds}
+    # The worlds are independent: each on its own thread (the heavy parts, numpy, torch and pyarrow, release the
+    # GIL), gathered in the config's order, so the tables are the same bytes as one world after another.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(params.worlds), os.cpu_count() or 1))) as pool:
+        futures = {world: pool.submit(world_rows, params, world, rollouts, features, lpips_model)
+                   for world in params.worlds}
+        rows = {world: f.result() for world, f in futures.items()}
     tables = _long_tables(list(rows.values()))
     write_table(pa.Table.from_pandas(tables.pop("contributions"), preserve_index=False), out / "contributions.parquet")
     for name, d in tables.items():
