@@ -164,3 +164,42 @@ def test_ranking_marks_first_last_and_changes():
     assert t.rows[0] == ["`a` (rank changes)", "1 [1–1]", "2 [2–2]"]
     assert t.classes[0][1] == "num rk1" and t.classes[0][2] == "num rklast changed"     # last of 2 ranked
     assert t.classes[2][1] == "num rklast" and t.rows[2][2] == "–"
+
+
+def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes():
+    """The scorecard's figures are drawn at the end in forked processes: each placeholder becomes exactly the SVG
+    the figure gives when drawn in place, in its own position."""
+    from wmeval.rendering.htmlpage import deferred_figures, figure_svg, new_figure
+
+    def figures():
+        out = []
+        for i in range(3):
+            fig, ax = new_figure()
+            ax.plot([0, 1, 2], [i, 2 * i, i * i], label=f"model {i}")
+            ax.legend()
+            out.append((fig, f"caption {i}"))
+        return out
+
+    direct = [figure_svg(f, c) for f, c in figures()]
+    with deferred_figures() as resolve:
+        marks = [figure_svg(f, c) for f, c in figures()]
+        assert all(m.startswith("<!--wmeval-figure-") for m in marks)
+        page = resolve("<p>a</p>" + "<p>b</p>".join(marks))
+    assert page == "<p>a</p>" + "<p>b</p>".join(direct)
+
+
+def test_fork_map_keeps_item_order_and_equals_the_serial_map():
+    import numpy as np
+
+    from wmeval.core.parallel import fork_map
+
+    x = np.random.default_rng(0).normal(size=(50, 40, 40))
+    items = list(range(len(x)))
+
+    def fn(i):
+        return float(np.linalg.eigvalsh(x[i] @ x[i].T).sum())
+
+    done = []
+    assert fork_map(fn, items, n_jobs=2, progress=done.append) == fork_map(fn, items, n_jobs=1) == \
+        [fn(i) for i in items]
+    assert sum(done) == len(items)
