@@ -42,9 +42,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("rollouts", "features", "statistics", "bootstrap", "report")
+#: The stages in dvc.yaml's order (what `dvc repro` runs), read from it so that a new stage is never left out.
+STAGES = tuple(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
 PROJECT = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
            "benchmarks/results/coverage.json"]
 

@@ -287,7 +287,7 @@ def test_evaluators_are_validated_only_on_the_frames_the_study_showed(tmp_path, 
     for r in ("r01", "r02", "r03"):
         answer(study, r, prefer(order))
     rollouts = tmp_path / "data" / "rollouts"
-    kw = dict(episodes=_scores(MODELS[0], MODELS[1]), evaluators=["pixel_mse"], n_resamples=200, rollouts=rollouts)
+    kw = dict(episodes=_scores(MODELS[0], MODELS[1]), evaluators=["pixel_mse"], n_resamples=100, rollouts=rollouts)
     summary, _ = analyse_study(study, **kw)
     realism = next(e for e in summary["evaluators"] if e["question"] == "realism")   # 6 judgments of the two
     assert summary["frames_changed"] == [] and realism["verdict"] == "validated on pilot"
