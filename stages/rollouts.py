@@ -6,16 +6,22 @@
 
 import dataclasses
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wmeval.core.config import load_params, world_dynamics
 from wmeval.core.execution import executor_for
+from wmeval.core.parallel import usable_cores
 from wmeval.core.runner import main
 from wmeval.rollouts import build_models
 from wmeval.rollouts.dynamics import dynamics_tables
-from wmeval.rollouts.episodes import check_memory, side_by_side_safe, world_tables
+from wmeval.rollouts.episodes import (
+    available_memory,
+    check_memory,
+    memory_needed,
+    side_by_side_safe,
+    world_tables,
+)
 from wmeval.rollouts.inputs import (
     check_declared,
     model_inputs,
@@ -62,7 +68,14 @@ def run() -> None:
                 log.info("%s/dynamics/%s: %d rows", name, source, table.num_rows)
 
         side_by_side = [n for n in params.worlds if side_by_side_safe(worlds[n], params.models.get(n), ex)]
-        with ThreadPoolExecutor(max_workers=max(1, min(len(side_by_side), os.cpu_count() or 1))) as pool:
+        # The worlds on threads and the largest of the others (here, meanwhile) hold their blocks at once: when
+        # that does not fit, one world at a time (each fits: checked above).
+        need = {n: memory_needed(worlds[n], params.protocol, len(params.models[n].entries) if n in params.models
+                                 else 0) for n in params.worlds}
+        if sum(need[n] for n in side_by_side) + max((need[n] for n in params.worlds if n not in side_by_side),
+                                                     default=0) > available_memory():
+            side_by_side = []
+        with ThreadPoolExecutor(max_workers=max(1, min(len(side_by_side), usable_cores()))) as pool:
             futures = [pool.submit(one, n) for n in side_by_side]
             for n in params.worlds:                     # the others here, one after another
                 if n not in side_by_side:

@@ -203,3 +203,22 @@ def test_fork_map_keeps_item_order_and_equals_the_serial_map():
     assert fork_map(fn, items, n_jobs=2, progress=done.append) == fork_map(fn, items, n_jobs=1) == \
         [fn(i) for i in items]
     assert sum(done) == len(items)
+
+
+def test_deferred_figures_nest_and_restore_the_outer_context():
+    """An inner deferred_figures (a report inside a report) renders its own figures; the outer one still holds and
+    renders its own, before and after the inner block."""
+    from wmeval.rendering.htmlpage import deferred_figures, figure_svg, new_figure
+
+    def fig(i):
+        f, ax = new_figure()
+        ax.plot([0, 1], [0, i])
+        return f
+
+    direct = [figure_svg(fig(i)) for i in range(3)]
+    with deferred_figures() as outer:
+        first = figure_svg(fig(0))
+        with deferred_figures() as inner:
+            assert inner(figure_svg(fig(1))) == direct[1]
+        last = figure_svg(fig(2))
+        assert outer(first + last) == direct[0] + direct[2]

@@ -12,14 +12,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-#: The function a forked worker calls (set before the fork, inherited).
+#: The function a forked worker calls (set before the fork, inherited), and the lock that keeps it one caller's.
 _FN: Callable | None = None
+_LOCK = threading.Lock()
 
 
 def _chunk(items: Sequence) -> list:
@@ -38,7 +40,7 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence, n_jobs: int | None = Non
     depending on it alone, in item order; ``progress(k)`` after each finished chunk of ``k`` items. Serial here
     (one BLAS thread) with one job, one item, or where :func:`can_fork` is false."""
     global _FN
-    n_jobs = n_jobs or os.cpu_count() or 1
+    n_jobs = n_jobs or usable_cores()
     if n_jobs < 2 or len(items) < 2 or not can_fork():
         out = []
         with threadpool_limits(limits=1):
@@ -50,13 +52,23 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence, n_jobs: int | None = Non
     size = max(1, -(-len(items) // (8 * n_jobs)))                  # 8 chunks a worker: even load, few messages
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
     out: list = []
-    _FN = fn
-    try:
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            for part in pool.map(_chunk, chunks):
-                out.extend(part)
-                if progress is not None:
-                    progress(len(part))
-    finally:
-        _FN = None
+    with _LOCK:                       # the global is this call's until its workers are gone
+        _FN = fn
+        try:
+            with ProcessPoolExecutor(max_workers=min(n_jobs, len(chunks)),
+                                     mp_context=multiprocessing.get_context("fork")) as pool:
+                for part in pool.map(_chunk, chunks):
+                    out.extend(part)
+                    if progress is not None:
+                        progress(len(part))
+        finally:
+            _FN = None
     return out
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -91,29 +91,26 @@ def deferred_figures() -> Iterator[Callable[[str], str]]:
     """Inside, :func:`figure_svg` returns a placeholder and keeps the figure; the yielded function renders every
     kept figure (in forked processes, :func:`wmeval.core.parallel.fork_map`: each figure's SVG is the same bytes
     wherever it is drawn) and puts them in place of their placeholders in a text."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
     global _DEFERRED
-    _DEFERRED = []
-    pending = _DEFERRED
+    previous, pending = _DEFERRED, []
+    _DEFERRED = pending
 
     def resolve(text: str) -> str:
         from wmeval.core.parallel import fork_map
 
-        svgs = fork_map(_render_deferred, list(range(len(pending))))
+        svgs = fork_map(lambda i: _figure_svg(*pending[i]), list(range(len(pending))))
         return re.sub(r"<!--wmeval-figure-(\d+)-->", lambda m: svgs[int(m.group(1))], text)
 
     try:
-        yield resolve
+        with matplotlib.rc_context({"figure.max_open_warning": 0}):      # every figure stays open until drawn
+            yield resolve
     finally:
-        import matplotlib.pyplot as plt
-
         for fig, _ in pending:
             plt.close(fig)
-        _DEFERRED = None
-
-
-def _render_deferred(i: int) -> str:
-    fig, caption = _DEFERRED[i]
-    return _figure_svg(fig, caption)
+        _DEFERRED = previous
 
 
 def figure_svg(fig, caption: str | None = None) -> str:

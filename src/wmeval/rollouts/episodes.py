@@ -506,10 +506,9 @@ def side_by_side_safe(world: World, models_cfg: Any, executor: Any) -> bool:
     built-in simulated world (pure numpy, its own seeded streams) whose models are all wmeval's own, run here.
     Gymnasium environments (pygame and MuJoCo renderers), recorded datasets, user worlds and user models (their
     thread safety and global state are theirs) run one after another."""
-    from wmeval.worlds.blobs import BlobWorld
-    from wmeval.worlds.pendulum import PendulumWorld
+    from wmeval.worlds import BUILTIN_WORLDS, WORLD_KINDS
 
-    if executor is not None or not isinstance(world, (BlobWorld, PendulumWorld)):
+    if executor is not None or type(world) not in {WORLD_KINDS[k] for k in BUILTIN_WORLDS}:
         return False
     entries = dict(models_cfg.entries) if models_cfg is not None else {}
     return all(str(cfg.get("_target_", "")).startswith("wmeval.models.") for cfg in entries.values())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 
 from wmeval.core.config import Params, ScoringConfig
 from wmeval.core.errors import WmevalError
+from wmeval.core.parallel import usable_cores
 from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.encoders.lpips_backbone import load_lpips
 from wmeval.estimators.distributional import Settings, point_estimates, view_sets
@@ -44,7 +44,7 @@ from wmeval.tables import (
     shift_episodes,
     write_table,
 )
-from wmeval.worlds import World, build_world
+from wmeval.worlds import BUILTIN_WORLDS, World, build_world
 from wmeval.worlds.base import teacher_forced_plan
 
 
@@ -344,12 +344,17 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
     sc = params.scoring
     lpips_model, lpips_record = (None, None) if sc.lpips is None else load_lpips(
         sc.lpips, directory=params.encoder.weights_dir)
-    # The worlds are independent: each on its own thread (the heavy parts, numpy, torch and pyarrow, release the
-    # GIL), gathered in the config's order, so the tables are the same bytes as one world after another.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(params.worlds), os.cpu_count() or 1))) as pool:
+    # The built-in simulated worlds are independent, pure numpy: each on its own thread (numpy and pyarrow release
+    # the GIL), gathered in the config's order, so the tables are the same bytes as one world after another.
+    # Environments (their renderers start when built), datasets, user worlds and a shared LPIPS module: one
+    # world after another, here.
+    threaded = [w for w in params.worlds if params.worlds[w].kind in BUILTIN_WORLDS and lpips_model is None]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(threaded), usable_cores()))) as pool:
         futures = {world: pool.submit(world_rows, params, world, rollouts, features, lpips_model)
-                   for world in params.worlds}
-        rows = {world: f.result() for world, f in futures.items()}
+                   for world in threaded}
+        here = {world: world_rows(params, world, rollouts, features, lpips_model)
+                for world in params.worlds if world not in futures}
+        rows = {world: futures[world].result() if world in futures else here[world] for world in params.worlds}
     tables = _long_tables(list(rows.values()))
     write_table(pa.Table.from_pandas(tables.pop("contributions"), preserve_index=False), out / "contributions.parquet")
     for name, d in tables.items():

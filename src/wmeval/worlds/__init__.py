@@ -14,6 +14,9 @@ from .pendulum import PendulumWorld
 
 WORLD_KINDS: dict[str, type] = {"pendulum": PendulumWorld, "blobs": BlobWorld, "gymnasium": GymnasiumWorld,
                                "dataset": DatasetWorld}
+#: The worlds wmeval simulates itself, in numpy with their own seeded streams: safe to run on threads side by side
+#: (an environment's renderer, a dataset's reader and a user's code are not known to be).
+BUILTIN_WORLDS = ("pendulum", "blobs")
 
 
 def build_world(name: str, cfg: dict[str, Any]) -> World:
@@ -35,4 +38,5 @@ def build_world(name: str, cfg: dict[str, Any]) -> World:
         raise ConfigError(f"params.yaml: worlds.{name}.params: {e}") from None
 
 
-__all__ = ["BlobWorld", "DatasetWorld", "GymnasiumWorld", "PendulumWorld", "Plan", "World", "WORLD_KINDS", "build_world", "rollout_states"]
+__all__ = ["BUILTIN_WORLDS", "BlobWorld", "DatasetWorld", "GymnasiumWorld", "PendulumWorld", "Plan", "World",
+           "WORLD_KINDS", "build_world", "rollout_states"]
