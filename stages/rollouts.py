@@ -83,5 +83,6 @@ def run() -> None:
             for f in futures:
                 f.result()
 
+
 if __name__ == "__main__":
     main(run)
