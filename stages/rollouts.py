@@ -44,8 +44,9 @@ def run() -> None:
     check_declared({**model_inputs(entries, root), **world_inputs(worlds_cfg, root)}, stage_deps(root), root)
     # Every world is built (and its params checked) before anything runs.
     worlds = {name: build_world(name, dataclasses.asdict(wcfg)) for name, wcfg in params.worlds.items()}
+    n_models = {name: len(params.models[name].entries) if name in params.models else 0 for name in worlds}
     for name, world in worlds.items():
-        check_memory(world, params.protocol, len(params.models[name].entries) if name in params.models else 0)
+        check_memory(world, params.protocol, n_models[name])
     ex = executor_for(params.execution)           # None: here; Ray: each model on its own actor
     with atomic_dir(OUT) as tmp:
         def one(name: str) -> None:
@@ -70,8 +71,7 @@ def run() -> None:
         side_by_side = [n for n in params.worlds if side_by_side_safe(worlds[n], params.models.get(n), ex)]
         # The worlds on threads and the largest of the others (here, meanwhile) hold their blocks at once: when
         # that does not fit, one world at a time (each fits: checked above).
-        need = {n: memory_needed(worlds[n], params.protocol, len(params.models[n].entries) if n in params.models
-                                 else 0) for n in params.worlds}
+        need = {n: memory_needed(worlds[n], params.protocol, n_models[n]) for n in params.worlds}
         if sum(need[n] for n in side_by_side) + max((need[n] for n in params.worlds if n not in side_by_side),
                                                      default=0) > available_memory():
             side_by_side = []
