@@ -141,6 +141,10 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     text = coverage_note(cov)
     assert f"{cov['cluster']['coverage']:.1%}" in text and f"{cov['iid_frames']['coverage']:.1%}" in text
     assert f"{cov['frechet']['basic_coverage']:.1%}" in text and "benchmarks/coverage.py" in text
+    for key in ("sets", "sets_more_episodes"):
+        for cell in cov[key]["cells"]:
+            assert f"{cell['design']} {cell['truth']}: {cell['coverage']:.1%}" in text
+    assert f"At {cov['sets_more_episodes']['episodes']} episodes" in text
     assert coverage_note(None) == ""
 
 

@@ -34,6 +34,7 @@ from wmeval.estimators.distributional import (
     view_sets,
 )
 from wmeval.estimators.resample import (
+    boundary_interval,
     percentile_interval,
     ratio_replicates,
     resample_counts,
@@ -223,10 +224,12 @@ def _world_sets(params: Params, world: str, wp: dict, rollouts: Path, features: 
     return sets
 
 
-def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str | None, B: int) -> list[dict]:
+def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str | None, counts: np.ndarray
+                   ) -> list[dict]:
     """Interval rows of one world's distributional replicates: each metric, and for the plug-in FDs their
-    bias-corrected form ``2 FD - mean(FD*)`` with the basic interval (what the headline and ranks use)."""
-    rows = []
+    bias-corrected form ``2 FD - mean(FD*)`` (what the headline and ranks use); ``counts`` ``(B, N)`` are the
+    replicates' episode multiplicities."""
+    rows, B = [], len(counts)
     for r in reps:
         sel = wpts[(wpts.metric == r.metric) & (wpts.condition == r.condition)].set_index("source")
         point = sel.value.reindex(r.sources).to_numpy(dtype=np.float64)
@@ -235,18 +238,38 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
         n = r.n_clusters
         # FD-infinity is refitted in each replicate (on effective episode counts, so copies of an episode are
         # not new ones); the basic interval reflects any shift left around the point.
-        rows += summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B,
+        group = summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B,
                           interval="basic" if r.metric == "fd_infinity" else "percentile")
+        if r.metric == "kid":
+            _boundary(group, point, r.values, counts, r.extra["scale"], n, boot.confidence_level)
+        rows += group
         if r.metric in BIAS_CORRECTED and (r.metric == "fd_stratified" or r.condition.endswith(":pooled")):
-            # Bootstrap bias correction: 2 FD - mean(FD*), with the basic interval [2 FD - q_hi, 2 FD - q_lo]
-            # of the plug-in replicates: the replicates shifted by -2 bias, reflected around the corrected
-            # point by summarize(interval="basic"), give exactly that (and its paired differences and ranks).
+            # Bootstrap bias correction: 2 FD - mean(FD*). Its paired differences and ranks use the basic
+            # interval: the replicates shifted by -2 bias, reflected around the corrected point by
+            # summarize(interval="basic"), give [2 FD - q_hi, 2 FD - q_lo]. Its own interval is the boundary
+            # interval of the plug-in replicates (which covers a true 0, where the basic one does not).
             with warnings.catch_warnings():       # a source without a defined replicate: NaN, not a warning
                 warnings.simplefilter("ignore", RuntimeWarning)
                 bias = np.nanmean(r.values, axis=0) - point
-            rows += summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
+            group = summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
                               r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
+            _boundary(group, point, r.values, counts, point, n, boot.confidence_level)
+            rows += group
     return rows
+
+
+def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: np.ndarray, scale: np.ndarray,
+              n_clusters: np.ndarray, level: float) -> None:
+    """Give each row of ``group`` (one per source) the boundary interval of its distance
+    (:func:`~wmeval.estimators.resample.boundary_interval`: it covers a true 0, where the percentile and
+    basic intervals of a degenerate statistic cover it 99-100% of the time); sources with fewer than 2
+    clusters keep no interval."""
+    for j, row in enumerate(group):
+        if n_clusters[j] >= 2 and np.isfinite(row["point"]):
+            row["low"], row["high"] = boundary_interval(float(center[j]), reps[:, j], counts, float(scale[j]),
+                                                        level)
+        row["method"] = "boundary"
+
 
 
 def distributional_rows(params: Params, stats: Path, rollouts: Path, features: Path, protocol: dict, counts_for,
@@ -273,8 +296,8 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
             inf_reps = (fd_infinity_replicates(sets, counts[:B_inf], settings, n_jobs=boot.n_jobs or None,
                                                progress=bar, executor=executor)
                         if (wpts.metric == "fd_infinity").any() else [])
-        rows += replicate_rows(world, reps, wpts, boot, baselines.get(world), B)
-        rows += replicate_rows(world, inf_reps, wpts, boot, baselines.get(world), B_inf)
+        rows += replicate_rows(world, reps, wpts, boot, baselines.get(world), counts)
+        rows += replicate_rows(world, inf_reps, wpts, boot, baselines.get(world), counts[:B_inf])
     return pd.DataFrame(rows)
 
 
@@ -330,11 +353,18 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                              "distributional": "FD replicates recompute moments from the resampled episodes' rows "
                                                "weighted by multiplicity; the plug-in FD interval is for a biased "
                                                "estimator (it falls with N); fd_bias_corrected and "
-                                               "fd_stratified_bias_corrected (2 FD - mean FD*) carry the basic "
-                                               "interval and are what headlines and ranks use; KID is the "
-                                               "U-statistic over row pairs from distinct episodes, its replicates "
-                                               "never pair an episode with itself or its copies; fd_infinity is "
-                                               "refitted in each of its own replicates (basic interval)",
+                                               "fd_stratified_bias_corrected (2 FD - mean FD*) are what headlines "
+                                               "and ranks use; KID is the U-statistic over row pairs from distinct "
+                                               "episodes, its replicates never pair an episode with itself or its "
+                                               "copies. These carry the boundary interval: a test inverted for "
+                                               "each candidate value, each replicate split into its linear part "
+                                               "(the least-squares fit on the episode multiplicities, shrunk to "
+                                               "its size at the candidate, percentile orientation) and the "
+                                               "degenerate rest "
+                                               "(basic orientation), so that it covers a true 0 (their paired "
+                                               "differences and ranks use the basic and percentile replicates); "
+                                               "fd_infinity is refitted in each of its own replicates (basic "
+                                               "interval)",
                              "strata": "strata are crossed with episodes (every episode runs every plan), so "
                                        "resampling episodes resamples within every stratum at once",
                              "rank": "rank among models in each replicate (1 = best, ties share the minimum "

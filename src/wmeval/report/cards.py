@@ -122,8 +122,16 @@ def _interval(c: CardContext) -> dict[str, str]:
     clusters = "-".join(map(str, (ncl[0], ncl[-1]))) if len(ncl) > 1 else ncl[0] if ncl else "?"
     return {"interval": (f"{r.method} bootstrap, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
                          f"unit: {r.resampling_unit} ({clusters} clusters), paired across the world's models, "
-                         f"seed {boot['seed']}"),
+                         f"seed {boot['seed']}"
+                         + (BOUNDARY_NOTE if r.method == "boundary" else "")),
             "strata in the resampling": boot.get("strata", "none")}
+
+
+BOUNDARY_NOTE = ("; boundary interval: each replicate split into its linear part in the episode multiplicities and "
+                 "the degenerate rest, and each candidate value accepted when the estimate is plausible with the "
+                 "linear part shrunk to its size there (it vanishes at 0), so that the interval covers a true 0 at "
+                 "about the nominal level (benchmarks/coverage.py); the paired differences and ranks come from the "
+                 "replicates themselves")
 
 
 # ----------------------------------------------------------------------------- fields a metric names
