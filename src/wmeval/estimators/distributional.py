@@ -437,15 +437,41 @@ class Moments:
 
     def at(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """Mean, covariance (ddof = 1) and row count of the resampled set with episode multiplicities ``c``."""
-        n = float(c @ self.counts)
+        mu, sigma, n = self.at_many(np.asarray(c, dtype=np.float64)[None])
+        return mu[0], sigma[0], float(n[0])
+
+    def at_many(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`at` for the rows of ``c`` ``(b, N)`` at once: means ``(b, d)``, covariances ``(b, d, d)``, counts ``(b,)``.
+
+        With per-episode Grams, every cross-product is one row of a single matrix product
+        ``c @ grams`` (b x N by N x d^2): each Gram is read once for the b sets, not once per set."""
+        c = np.asarray(c, dtype=np.float64)
+        d = self.x.shape[1]
+        n = c @ self.counts
         s = c @ self.sums
         if self.grams is not None:
-            g = np.tensordot(c, self.grams, axes=1)
+            g = (c @ self.grams.reshape(self.n_episodes, d * d)).reshape(len(c), d, d)
         else:
-            w = c[self.episode]
-            g = self.x.T @ (self.x * w[:, None])
-        mu = s / n
-        return mu, (g - n * np.outer(mu, mu)) / (n - 1.0), n
+            g = np.stack([self.x.T @ (self.x * ci[self.episode][:, None]) for ci in c])
+        mu = s / n[:, None]
+        return mu, (g - n[:, None, None] * (mu[:, :, None] * mu[:, None, :])) / (n - 1.0)[:, None, None], n
+
+    def factors(self, c: np.ndarray) -> list[CovarianceFactor]:
+        """:meth:`factor` for each row of ``c`` ``(b, N)``; the dense ones' moments in one :meth:`at_many`."""
+        c = np.asarray(c, dtype=np.float64)
+        d = self.x.shape[1]
+        out: list = [None] * len(c)
+        dense = []
+        for i, ci in enumerate(c):
+            if float(ci @ self.counts) < 2 or np.count_nonzero(ci[self.episode]) <= SAMPLE_SPACE_MAX * d:
+                out[i] = self.factor(ci)
+            else:
+                dense.append(i)
+        if dense:
+            mu, sigma, n = self.at_many(c[dense])
+            for k, i in enumerate(dense):
+                out[i] = CovarianceFactor(mu[k], float(n[k]), sigma=sigma[k])
+        return out
 
 
 @dataclass
@@ -629,25 +655,36 @@ class _ViewFD:
                 out[j] = self.grams[s][src].frechet_distance(w_r, w_f)
 
     def _moments(self, s: str | None, c: np.ndarray, out: np.ndarray) -> None:
-        ref = self.ref_m[s].factor(c)
-        if ref.n < 2:
-            return
-        shared = None            # the reference's factorisation, when both sides are dense
-        for j, src in enumerate(self.sources):
-            f = self.src_m[src, s].factor(c)
-            if f.n < 2:
+        """``out`` ``(b, S)``: the FDs of key ``s`` for the replicates ``c`` ``(b, N)``, moments in batches."""
+        refs = self.ref_m[s].factors(c)
+        fakes = {src: self.src_m[src, s].factors(c) for src in self.sources}
+        for b, ref in enumerate(refs):
+            if ref.n < 2:
                 continue
-            if ref.rows is None and f.rows is None and shared is None:
-                shared = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.n <= self.d)
-            out[j] = frechet_distance_factored(ref, f, shared)
+            shared = None            # the reference's factorisation, when both sides are dense
+            for j, src in enumerate(self.sources):
+                f = fakes[src][b]
+                if f.n < 2:
+                    continue
+                if ref.rows is None and f.rows is None and shared is None:
+                    shared = FrechetReference(ref.mu, ref.sigma, rank_deficient=ref.n <= self.d)
+                out[b, j] = frechet_distance_factored(ref, f, shared)
+
+    def many(self, counts: np.ndarray) -> np.ndarray:
+        """FD of every (key, source) for a block of replicates' multiplicities ``(b, N)``: ``(b, keys, S)``."""
+        c = np.atleast_2d(counts).astype(np.float64)
+        vals = np.full((len(c), len(self.keys), len(self.sources)), np.nan)
+        for i, s in enumerate(self.keys):
+            if self.grams[s] is not None:
+                for b in range(len(c)):
+                    self._sample_space(s, c[b], vals[b, i])
+            else:
+                self._moments(s, c, vals[:, i])
+        return vals
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
         """FD of every (key, source) for one replicate's episode multiplicities ``(N,)``."""
-        c = counts.astype(np.float64)
-        vals = np.full((len(self.keys), len(self.sources)), np.nan)
-        for i, s in enumerate(self.keys):
-            (self._sample_space if self.grams[s] is not None else self._moments)(s, c, vals[i])
-        return vals
+        return self.many(np.asarray(counts)[None])[0]
 
 
 def fd_inf_grid(n_episodes: int, cfg: Settings) -> list[int]:
@@ -688,16 +725,18 @@ class FDInfinity:
                    {src: Moments.of(vs.sources[src], n_eps, use_grams) for src in sources}, cfg)
 
     def _fd_all(self, c: np.ndarray) -> np.ndarray:
-        mu, sigma, n = self.ref_m.at(c)
-        out = np.full(len(self.sources), np.nan)
-        if n < 2:
-            return out
-        ref = FrechetReference(mu, sigma, rank_deficient=n <= self.d)
-        for j, src in enumerate(self.sources):
-            m = self.src_m[src]
-            if float(c @ m.counts) >= 2:
-                f_mu, f_sigma, _ = m.at(c)
-                out[j] = ref.distance(f_mu, f_sigma)
+        """``(b, S)``: every source's FD on each row's episode multiplicities ``c`` ``(b, N)`` (moments in one batch)."""
+        out = np.full((len(c), len(self.sources)), np.nan)
+        mu, sigma, n = self.ref_m.at_many(c)
+        fakes = {src: self.src_m[src].at_many(c) for src in self.sources}
+        for b in range(len(c)):
+            if n[b] < 2:
+                continue
+            ref = FrechetReference(mu[b], sigma[b], rank_deficient=n[b] <= self.d)
+            for j, src in enumerate(self.sources):
+                f_mu, f_sigma, f_n = fakes[src]
+                if f_n[b] >= 2:
+                    out[b, j] = ref.distance(f_mu[b], f_sigma[b])
         return out
 
     def __call__(self, counts: np.ndarray, replicate: int | str = "point"
@@ -715,16 +754,16 @@ class FDInfinity:
             return nan, nan, grid, np.full((len(grid), len(self.sources)), np.nan)
         rng = np.random.default_rng([self.cfg.seed, VIEWS.index(self.view),
                                      *([0] if replicate == "point" else [1, int(replicate)])])
-        fds, inv_size = [], []
+        subs, inv_size = [], []
         for m in grid:
             draws = [c] if m == n_eps else [rng.multivariate_hypergeometric(c, m)
                                              for _ in range(self.cfg.fd_inf_draws)]
             for sub in draws:
-                fds.append(self._fd_all(sub.astype(np.float64)))
+                subs.append(sub.astype(np.float64))
                 # 1 / the effective episode count (sum c)^2 / sum c^2: M for distinct episodes (the point);
                 # fewer for a resampled subset holding copies, whose rows carry no new information.
                 inv_size.append(float(sub @ sub) / float(sub.sum()) ** 2)
-        fds = np.stack(fds)
+        fds = self._fd_all(np.stack(subs))
         design = np.stack([np.ones(len(inv_size)), np.asarray(inv_size)], axis=1)
         ok = np.all(np.isfinite(fds), axis=0)
         values, slopes = np.full(len(self.sources), np.nan), np.full(len(self.sources), np.nan)
@@ -752,6 +791,29 @@ def _map_replicates(fn, items, n_jobs: int | None, progress, executor) -> list:
             if progress is not None:
                 progress.update()
     return out
+
+
+#: Replicates whose moments are computed together (one matrix product over the per-episode Grams). Fixed, so
+#: that a replicate's numbers never depend on how the replicates are spread over workers.
+REPLICATE_BLOCK = 16
+
+
+def replicate_blocks(counts: np.ndarray) -> list[np.ndarray]:
+    """The rows of ``counts`` ``(B, N)`` in consecutive blocks of :data:`REPLICATE_BLOCK`."""
+    return [counts[i:i + REPLICATE_BLOCK] for i in range(0, len(counts), REPLICATE_BLOCK)]
+
+
+class _BlockProgress:
+    """A progress bar's ``update`` counted in replicates for a map over :func:`replicate_blocks`."""
+
+    def __init__(self, progress, total: int) -> None:
+        self.progress, self.left = progress, total
+
+    def update(self, blocks: int = 1) -> None:
+        if self.progress is not None:
+            k = min(self.left, blocks * REPLICATE_BLOCK)
+            self.left -= k
+            self.progress.update(k)
 
 
 class _FDInfinityReplicate:
@@ -798,8 +860,8 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])
         sources = one.sources
-        fd = _map_replicates(one, counts, n_jobs, progress, executor)
-        fd = np.stack(fd)                                                 # (B, 1 + strata, S)
+        fd = np.concatenate(_map_replicates(one.many, replicate_blocks(counts), n_jobs,
+                                            _BlockProgress(progress, counts.shape[0]), executor))  # (B, 1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
         out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled))
         for i, s in enumerate(vs.strata, start=1):
@@ -903,7 +965,7 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
     point = _fd(_reference(ref), side)
     one = _ViewFD.of(vs, n)
     with threadpool_limits(limits=1):
-        reps = np.array([one(c)[0, 0] for c in counts])
+        reps = np.concatenate([one.many(block) for block in replicate_blocks(counts)])[:, 0, 0]
     ok = reps[np.isfinite(reps)]
     if not (ok.size and enough):
         lo, hi = np.nan, np.nan
