@@ -20,9 +20,10 @@ rows have the reference's distribution) and for a real shift, each **paired** (t
 episode e shares its episode-level latent with the reference's episode e, as predictions share a
 history with the realized future) and **unpaired** (independent episodes). Coverage is the share
 of intervals containing the truth; power (under a shift, and under a three times larger one) and
-the false-positive rate (under truth 0) are the shares of intervals entirely above 0. Both carry
-the boundary interval (``wmeval.estimators.resample.boundary_interval``); the cells are run at
-``--set-episodes`` (32, the default config's count) and again at ``--set-more-episodes`` (64).
+the false-positive rate (under truth 0) are the shares of intervals entirely above 0.
+KID carries the boundary interval (``wmeval.estimators.resample.boundary_interval``), the bias-corrected
+FD the basic one; the cells are run at ``--set-episodes`` (32, the default config's count), again at
+``--set-more-episodes`` (64), and the truth-0 cells at ``--set-wide-dim`` (64, the pixel encoder's d).
 
     python benchmarks/coverage.py [--datasets 500] [--rho 0.8] [--frames 16] [--episodes 64]
     python benchmarks/coverage.py --only sets [--set-datasets 400]
@@ -110,7 +111,8 @@ def set_coverage(args) -> dict:
     out = {"dim": d, "episodes": n, "frames_per_episode": t, "rho": rho, "shift": args.set_shift,
            "datasets": args.set_datasets, "n_resamples": args.set_resamples, "confidence_level": 0.95,
            "cells": []}
-    for truth_name, delta in (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift)):
+    truths = (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift))
+    for truth_name, delta in truths[:getattr(args, "set_truths", 3)]:
         truths = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
         for design in ("paired", "unpaired"):
             hits = {m: [] for m in truths}
@@ -161,6 +163,9 @@ def main() -> None:
     ap.add_argument("--set-episodes", type=int, default=32)
     ap.add_argument("--set-more-episodes", type=int, default=64,
                     help="run the set-level cells again at this many episodes (0: not); small-sample effects shrink")
+    ap.add_argument("--set-wide-dim", type=int, default=64,
+                    help="run the truth-0 cells again at this feature dimension (the pixel encoder's; 0: not)")
+    ap.add_argument("--set-wide-datasets", type=int, default=150)
     ap.add_argument("--set-frames", type=int, default=10)
     ap.add_argument("--set-dim", type=int, default=4)
     ap.add_argument("--set-rho", type=float, default=0.5)
@@ -175,6 +180,10 @@ def main() -> None:
         if args.set_more_episodes:
             res["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
                                                                            "set_episodes": args.set_more_episodes}))
+        if args.set_wide_dim:
+            res["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
+                                                                  "set_datasets": args.set_wide_datasets,
+                                                                  "set_truths": 1}))
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
         return
     n, t, rho = args.episodes, args.frames, args.rho
@@ -198,10 +207,15 @@ def main() -> None:
     res["frechet"] = frechet_coverage(args)
     res["sets"] = old.get("sets") if args.only == "means" else set_coverage(args)
     if args.only == "means":
-        res["sets_more_episodes"] = old.get("sets_more_episodes")
-    elif args.set_more_episodes:
-        res["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
-                                                                       "set_episodes": args.set_more_episodes}))
+        res["sets_more_episodes"], res["sets_wide"] = old.get("sets_more_episodes"), old.get("sets_wide")
+    else:
+        if args.set_more_episodes:
+            res["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
+                                                                           "set_episodes": args.set_more_episodes}))
+        if args.set_wide_dim:
+            res["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
+                                                                  "set_datasets": args.set_wide_datasets,
+                                                                  "set_truths": 1}))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -244,17 +244,16 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
             _boundary(group, point, r.values, counts, r.extra["scale"], n, boot.confidence_level)
         rows += group
         if r.metric in BIAS_CORRECTED and (r.metric == "fd_stratified" or r.condition.endswith(":pooled")):
-            # Bootstrap bias correction: 2 FD - mean(FD*). Its paired differences and ranks use the basic
-            # interval: the replicates shifted by -2 bias, reflected around the corrected point by
-            # summarize(interval="basic"), give [2 FD - q_hi, 2 FD - q_lo]. Its own interval is the boundary
-            # interval of the plug-in replicates (which covers a true 0, where the basic one does not).
+            # Bootstrap bias correction: 2 FD - mean(FD*), with the basic interval [2 FD - q_hi, 2 FD - q_lo]
+            # of the plug-in replicates: the replicates shifted by -2 bias, reflected around the corrected
+            # point by summarize(interval="basic"), give exactly that (and its paired differences and ranks).
+            # (Not the boundary interval: the bootstrap's bias correction leaves a positive bias at moderate
+            # d, which the basic interval's width absorbs and the boundary interval's would not.)
             with warnings.catch_warnings():       # a source without a defined replicate: NaN, not a warning
                 warnings.simplefilter("ignore", RuntimeWarning)
                 bias = np.nanmean(r.values, axis=0) - point
-            group = summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
+            rows += summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, point - bias,
                               r.values - 2 * bias, n, boot, base, interval="basic", n_resamples=B)
-            _boundary(group, point, r.values, counts, point, n, boot.confidence_level)
-            rows += group
     return rows
 
 
@@ -353,16 +352,17 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                              "distributional": "FD replicates recompute moments from the resampled episodes' rows "
                                                "weighted by multiplicity; the plug-in FD interval is for a biased "
                                                "estimator (it falls with N); fd_bias_corrected and "
-                                               "fd_stratified_bias_corrected (2 FD - mean FD*) are what headlines "
-                                               "and ranks use; KID is the U-statistic over row pairs from distinct "
-                                               "episodes, its replicates never pair an episode with itself or its "
-                                               "copies. These carry the boundary interval: a test inverted for "
+                                               "fd_stratified_bias_corrected (2 FD - mean FD*) carry the basic "
+                                               "interval and are what headlines and ranks use; KID is the "
+                                               "U-statistic over row pairs from distinct episodes, its replicates "
+                                               "never pair an episode with itself or its copies, and it carries "
+                                               "the boundary interval: a test inverted for "
                                                "each candidate value, each replicate split into its linear part "
                                                "(the least-squares fit on the episode multiplicities, shrunk to "
                                                "its size at the candidate, percentile orientation) and the "
                                                "degenerate rest "
-                                               "(basic orientation), so that it covers a true 0 (their paired "
-                                               "differences and ranks use the basic and percentile replicates); "
+                                               "(basic orientation), so that it covers a true 0 (its paired "
+                                               "differences and ranks use the replicates themselves); "
                                                "fd_infinity is refitted in each of its own replicates (basic "
                                                "interval)",
                              "strata": "strata are crossed with episodes (every episode runs every plan), so "
