@@ -147,6 +147,23 @@ def set_coverage(args) -> dict:
     return out
 
 
+SET_PARTS = ("sets", "sets_more_episodes", "sets_wide")
+
+
+def set_cells(args: argparse.Namespace) -> dict:
+    """The set-level parts: ``sets`` at ``--set-episodes``, ``sets_more_episodes`` at ``--set-more-episodes`` and
+    ``sets_wide`` (truth 0 only) at ``--set-wide-dim``; a part whose option is 0 is left out."""
+    out = {"sets": set_coverage(args)}
+    if args.set_more_episodes:
+        out["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
+                                                                       "set_episodes": args.set_more_episodes}))
+    if args.set_wide_dim:
+        out["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
+                                                              "set_datasets": args.set_wide_datasets,
+                                                              "set_truths": 1}))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", type=int, default=500)
@@ -176,15 +193,7 @@ def main() -> None:
     args = ap.parse_args()
     old = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if args.only == "sets":
-        res = {**old, "sets": set_coverage(args)}
-        if args.set_more_episodes:
-            res["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
-                                                                           "set_episodes": args.set_more_episodes}))
-        if args.set_wide_dim:
-            res["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
-                                                                  "set_datasets": args.set_wide_datasets,
-                                                                  "set_truths": 1}))
-        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({**old, **set_cells(args)}, indent=2) + "\n")
         return
     n, t, rho = args.episodes, args.frames, args.rho
     clusters = np.repeat(np.arange(n), t)
@@ -205,17 +214,7 @@ def main() -> None:
         res[name] = {"coverage": p, "coverage_se": float(np.sqrt(p * (1 - p) / args.datasets)),
                      "median_width": float(np.median(width[name]))}
     res["frechet"] = frechet_coverage(args)
-    res["sets"] = old.get("sets") if args.only == "means" else set_coverage(args)
-    if args.only == "means":
-        res["sets_more_episodes"], res["sets_wide"] = old.get("sets_more_episodes"), old.get("sets_wide")
-    else:
-        if args.set_more_episodes:
-            res["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
-                                                                           "set_episodes": args.set_more_episodes}))
-        if args.set_wide_dim:
-            res["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
-                                                                  "set_datasets": args.set_wide_datasets,
-                                                                  "set_truths": 1}))
+    res.update({k: old.get(k) for k in SET_PARTS} if args.only == "means" else set_cells(args))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -682,10 +682,6 @@ class _ViewFD:
                 self._moments(s, c, vals[:, i])
         return vals
 
-    def __call__(self, counts: np.ndarray) -> np.ndarray:
-        """FD of every (key, source) for one replicate's episode multiplicities ``(N,)``."""
-        return self.many(np.asarray(counts)[None])[0]
-
 
 def fd_inf_grid(n_episodes: int, cfg: Settings) -> list[int]:
     """FD-infinity's declared grid of episode counts: ``fd_inf_points`` sizes from
@@ -775,13 +771,15 @@ class FDInfinity:
         return values, slopes, grid, per_size
 
 
-def _map_replicates(fn, items, n_jobs: int | None, progress, executor) -> list:
+def _map_replicates(fn, items, n_jobs: int | None, progress, executor, per_item: int = 1) -> list:
     """``[fn(x) for x in items]``, merged in item order, each result depending on its item alone, computed with
-    single-threaded BLAS wherever it runs: as Ray tasks (``executor``); on Linux in ``n_jobs`` forked worker
-    processes (:func:`wmeval.core.parallel.fork_map`: a replicate is many small LAPACK calls, so threads would
-    wait for the GIL); elsewhere on ``n_jobs`` threads. The same bits in every case."""
+    single-threaded BLAS wherever it runs: as Ray tasks (``executor``; an item holds ``per_item`` replicates, so
+    a task takes ``execution.replicates_per_shard`` replicates, not that many items); on Linux in ``n_jobs``
+    forked worker processes (:func:`wmeval.core.parallel.fork_map`: a replicate is many small LAPACK calls, so
+    threads would wait for the GIL); elsewhere on ``n_jobs`` threads. The same bits in every case."""
     if executor is not None:
-        return executor.map(fn, items, progress=None if progress is None else progress.update)
+        return executor.map(fn, items, chunk=max(1, executor.cfg.replicates_per_shard // per_item),
+                            progress=None if progress is None else progress.update)
     if can_fork():
         return fork_map(fn, items, n_jobs, None if progress is None else progress.update)
     out = []
@@ -793,27 +791,31 @@ def _map_replicates(fn, items, n_jobs: int | None, progress, executor) -> list:
     return out
 
 
-#: Replicates whose moments are computed together (one matrix product over the per-episode Grams). Fixed, so
-#: that a replicate's numbers never depend on how the replicates are spread over workers.
+#: At most this many replicates have their moments computed together (one matrix product over the
+#: per-episode Grams).
 REPLICATE_BLOCK = 16
 
 
 def replicate_blocks(counts: np.ndarray) -> list[np.ndarray]:
-    """The rows of ``counts`` ``(B, N)`` in consecutive blocks of :data:`REPLICATE_BLOCK`."""
-    return [counts[i:i + REPLICATE_BLOCK] for i in range(0, len(counts), REPLICATE_BLOCK)]
+    """The rows of ``counts`` ``(B, N)`` in consecutive blocks: :data:`REPLICATE_BLOCK` rows, fewer when B < 256,
+    so that there are at least 16 blocks to spread over workers (6 replicates in one block ran on one core).
+    The size depends on B alone: a replicate's numbers never depend on how the blocks are spread over workers."""
+    size = min(REPLICATE_BLOCK, max(1, len(counts) // 16))
+    return [counts[i:i + size] for i in range(0, len(counts), size)]
 
 
 class _BlockProgress:
     """A progress bar's ``update`` counted in replicates for a map over :func:`replicate_blocks`."""
 
-    def __init__(self, progress, total: int) -> None:
-        self.progress, self.left = progress, total
+    def __init__(self, progress, blocks: list[np.ndarray]) -> None:
+        self.progress, self.sizes, self.done = progress, [len(b) for b in blocks], 0
 
     def update(self, blocks: int = 1) -> None:
+        # Counted in block order: exact for the ordered maps; Ray's parts finish in any order, which can only
+        # misplace the last (shorter) block's count until the bar ends.
         if self.progress is not None:
-            k = min(self.left, blocks * REPLICATE_BLOCK)
-            self.left -= k
-            self.progress.update(k)
+            self.progress.update(sum(self.sizes[self.done:self.done + blocks]))
+        self.done += blocks
 
 
 class _FDInfinityReplicate:
@@ -860,8 +862,9 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])
         sources = one.sources
-        fd = np.concatenate(_map_replicates(one.many, replicate_blocks(counts), n_jobs,
-                                            _BlockProgress(progress, counts.shape[0]), executor))  # (B, 1 + strata, S)
+        blocks = replicate_blocks(counts)
+        fd = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks),
+                                            executor, per_item=len(blocks[0])))   # (B, 1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
         out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled))
         for i, s in enumerate(vs.strata, start=1):
