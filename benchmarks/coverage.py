@@ -21,9 +21,11 @@ episode e shares its episode-level latent with the reference's episode e, as pre
 history with the realized future) and **unpaired** (independent episodes). Coverage is the share
 of intervals containing the truth; power (under a shift, and under a three times larger one) and
 the false-positive rate (under truth 0) are the shares of intervals entirely above 0.
-KID carries the boundary interval (``wmeval.estimators.resample.boundary_interval``), the bias-corrected
-FD the basic one; the cells are run at ``--set-episodes`` (32, the default config's count), again at
-``--set-more-episodes`` (64), and the truth-0 cells at ``--set-wide-dim`` (64, the pixel encoder's d).
+Both carry the boundary interval (``wmeval.estimators.resample.boundary_interval``; the bias-corrected FD is the
+plug-in minus the episode jackknife's bias estimate); the cells are run at ``--set-episodes`` (32, the default
+config's count), again at ``--set-more-episodes`` (64) and at ``--set-mid-dim`` (d = 16), and the truth-0 cells
+at ``--set-wide-dim`` (64, the pixel encoder's d). Data sets are spread over ``--jobs`` processes (about 18
+minutes on 2 cores).
 
     python benchmarks/coverage.py [--datasets 500] [--rho 0.8] [--frames 16] [--episodes 64]
     python benchmarks/coverage.py --only sets [--set-datasets 400]
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -98,65 +102,73 @@ def true_kid(mu_x, s_x, mu_y, s_y) -> float:
     return k(mu_x, s_x, mu_x, s_x) + k(mu_y, s_y, mu_y, s_y) - 2 * k(mu_x, s_x, mu_y, s_y)
 
 
-def set_coverage(args) -> dict:
-    """Coverage and power of ``distribution_bootstrap``'s KID and bias-corrected FD intervals."""
+def _set_dataset(job: tuple) -> dict:
+    """One data set of a set-level cell: per metric, (covered, entirely above 0, point, width)."""
     from wmeval.stats import distribution_bootstrap
 
+    args, truth_name, delta, design, i, truths = job
     d, n, t, rho = args.set_dim, args.set_episodes, args.set_frames, args.set_rho
-    sigma = np.diag(np.linspace(0.5, 2.0, d))
-    chol = np.linalg.cholesky(sigma)
-    shift = np.zeros(d)
-    shift[0] = args.set_shift
+    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, d)))
     ep = np.repeat(np.arange(n), t)
-    out = {"dim": d, "episodes": n, "frames_per_episode": t, "rho": rho, "shift": args.set_shift,
-           "datasets": args.set_datasets, "n_resamples": args.set_resamples, "confidence_level": 0.95,
-           "cells": []}
-    truths = (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift))
-    for truth_name, delta in truths[:getattr(args, "set_truths", 3)]:
-        truths = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
-        for design in ("paired", "unpaired"):
-            hits = {m: [] for m in truths}
-            above = {m: [] for m in truths}
-            points = {m: [] for m in truths}
-            widths = {m: [] for m in truths}
-            for i in range(args.set_datasets):
-                rng = make_rng(args.seed, "coverage", "sets", truth_name, design, i)
-                a = rng.normal(size=(n, d))
-                b = a if design == "paired" else rng.normal(size=(n, d))
-                x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-                y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-                y_ids = ep if design == "paired" else ep + n
-                for m, truth in truths.items():
-                    r = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=y_ids, metric=m,
-                                               n_resamples=args.set_resamples, seed=i)
-                    hits[m].append(r.low <= truth <= r.high)
-                    above[m].append(r.low > 0)
-                    points[m].append(r.point)
-                    widths[m].append(r.high - r.low)
-            for m, truth in truths.items():
-                p = float(np.mean(hits[m]))
-                cell = {"metric": m, "truth": truth_name, "true_value": truth, "design": design, "coverage": p,
-                        "coverage_se": float(np.sqrt(p * (1 - p) / args.set_datasets)),
-                        ("false_positive_rate" if truth_name == "zero" else "power"): float(np.mean(above[m])),
-                        "mean_point": float(np.mean(points[m])),
-                        # the mean interval width over the width a normal interval of the estimator's actual
-                        # spread across data sets would have (2 x 1.96 sd): above 1, conservative
-                        "width_ratio": float(np.mean(widths[m]) / (2 * 1.959964 * np.std(points[m])))}
-                out["cells"].append(cell)
-                print(json.dumps(cell), flush=True)
+    rng = make_rng(args.seed, "coverage", "sets", truth_name, design, i)
+    a = rng.normal(size=(n, d))
+    b = a if design == "paired" else rng.normal(size=(n, d))
+    x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    y_ids = ep if design == "paired" else ep + n
+    out = {}
+    for m, truth in truths.items():
+        r = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=y_ids, metric=m,
+                                   n_resamples=args.set_resamples, seed=i)
+        out[m] = (r.low <= truth <= r.high, r.low > 0, r.point, r.high - r.low)
     return out
 
 
-SET_PARTS = ("sets", "sets_more_episodes", "sets_wide")
+def set_coverage(args) -> dict:
+    """Coverage and power of ``distribution_bootstrap``'s KID and bias-corrected FD intervals (data sets spread
+    over ``--jobs`` processes; each depends on its own seed alone)."""
+    d = args.set_dim
+    sigma = np.diag(np.linspace(0.5, 2.0, d))
+    shift = np.zeros(d)
+    shift[0] = args.set_shift
+    out = {"dim": d, "episodes": args.set_episodes, "frames_per_episode": args.set_frames, "rho": args.set_rho,
+           "shift": args.set_shift, "datasets": args.set_datasets, "n_resamples": args.set_resamples,
+           "confidence_level": 0.95, "cells": []}
+    truths = (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift))
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for truth_name, delta in truths[:getattr(args, "set_truths", 3)]:
+            values = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
+            for design in ("paired", "unpaired"):
+                res = list(pool.map(_set_dataset, [(args, truth_name, delta, design, i, values)
+                                                   for i in range(args.set_datasets)], chunksize=4))
+                for m, truth in values.items():
+                    hits, above, points, widths = (np.array([r[m][k] for r in res]) for k in range(4))
+                    p = float(np.mean(hits))
+                    cell = {"metric": m, "truth": truth_name, "true_value": truth, "design": design, "coverage": p,
+                            "coverage_se": float(np.sqrt(p * (1 - p) / args.set_datasets)),
+                            ("false_positive_rate" if truth_name == "zero" else "power"): float(np.mean(above)),
+                            "mean_point": float(np.mean(points)),
+                            # the mean interval width over the width a normal interval of the estimator's actual
+                            # spread across data sets would have (2 x 1.96 sd): above 1, conservative
+                            "width_ratio": float(np.mean(widths) / (2 * 1.959964 * np.std(points)))}
+                    out["cells"].append(cell)
+                    print(json.dumps({"dim": d, "episodes": args.set_episodes, **cell}), flush=True)
+    return out
+
+
+SET_PARTS = ("sets", "sets_more_episodes", "sets_mid", "sets_wide")
 
 
 def set_cells(args: argparse.Namespace) -> dict:
-    """The set-level parts: ``sets`` at ``--set-episodes``, ``sets_more_episodes`` at ``--set-more-episodes`` and
-    ``sets_wide`` (truth 0 only) at ``--set-wide-dim``; a part whose option is 0 is left out."""
+    """The set-level parts: ``sets`` at ``--set-episodes``, ``sets_more_episodes`` at ``--set-more-episodes``,
+    ``sets_mid`` at ``--set-mid-dim`` and ``sets_wide`` (truth 0 only) at ``--set-wide-dim``; a part whose option
+    is 0 is left out."""
     out = {"sets": set_coverage(args)}
     if args.set_more_episodes:
         out["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
                                                                        "set_episodes": args.set_more_episodes}))
+    if args.set_mid_dim:
+        out["sets_mid"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_mid_dim}))
     if args.set_wide_dim:
         out["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
                                                               "set_datasets": args.set_wide_datasets,
@@ -180,6 +192,8 @@ def main() -> None:
     ap.add_argument("--set-episodes", type=int, default=32)
     ap.add_argument("--set-more-episodes", type=int, default=64,
                     help="run the set-level cells again at this many episodes (0: not); small-sample effects shrink")
+    ap.add_argument("--set-mid-dim", type=int, default=16,
+                    help="run the set-level cells again at this feature dimension (0: not)")
     ap.add_argument("--set-wide-dim", type=int, default=64,
                     help="run the truth-0 cells again at this feature dimension (the pixel encoder's; 0: not)")
     ap.add_argument("--set-wide-datasets", type=int, default=150)
@@ -187,6 +201,7 @@ def main() -> None:
     ap.add_argument("--set-dim", type=int, default=4)
     ap.add_argument("--set-rho", type=float, default=0.5)
     ap.add_argument("--set-shift", type=float, default=0.5)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the set-level cells")
     ap.add_argument("--only", choices=["means", "sets"], default=None,
                     help="run one part and keep the other's figures from the existing results file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "coverage.json"))

@@ -200,7 +200,7 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
     "fd_sample_counts": lambda c: {"sample counts across models": (
         "models differ in rows (K samples give K times the rows); the plug-in FD falls with N, so models are "
         "ranked and marked separated only on the bias-corrected forms, whose first-order bias is removed "
-        "on each model's own N")},
+        "on each model's own N (the delete-one-episode jackknife)")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
     "prdc_radii": lambda c: {"radii": (
         "the k-NN radii of both sets are computed once on all rows and held fixed in the bootstrap "

@@ -71,7 +71,7 @@ def cell(row: pd.Series | None) -> str:
 
 OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replicates of a biased plug-in estimator "
                 "(FD: resampled episodes repeat rows, which inflates it) sit beside the point. The interval is "
-                "the plug-in's; the bias-corrected FD carries the basic interval, centred on the corrected value.")
+                "the plug-in's; the bias-corrected FD carries the boundary interval, around the corrected value.")
 
 
 #: Recent intervals tables' row indexes, ``id -> (table, {(source, metric, regime, condition): first row})``:
@@ -426,19 +426,23 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
         text += (f" The set-level intervals behind the distributional headlines, on episode-clustered Gaussian "
                  f"features ({sets['datasets']} data sets of {sets['episodes']} episodes x "
                  f"{sets['frames_per_episode']} rows, d = {sets['dim']}, rho = {sets['rho']}, closed-form truth): "
-                 f"bias-corrected FD (basic) covered {cells('fd_bias_corrected', sets)}; KID (the boundary "
-                 f"interval: a test inverted for each candidate value, whose linear term shrinks to 0 at a true 0) "
-                 f"covered {cells('kid', sets)}. The basic interval is conservative at a true 0 (the bootstrap "
-                 "over-disperses a degenerate statistic): a model is rarely declared different from a clone by "
-                 "chance, at the cost of power near 0.")
+                 f"the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
+                 f"{cells('kid', sets)}. Both carry the boundary interval: a test inverted for each candidate "
+                 "value, whose linear term shrinks to 0 at a true 0.")
         more = cov.get("sets_more_episodes")
         if more:
             text += (f" At {more['episodes']} episodes: bias-corrected FD {cells('fd_bias_corrected', more)}; "
                      f"KID {cells('kid', more)}.")
+        mid = cov.get("sets_mid")
+        if mid:
+            text += (f" At d = {mid['dim']}: bias-corrected FD {cells('fd_bias_corrected', mid)}; "
+                     f"KID {cells('kid', mid)}.")
         wide = cov.get("sets_wide")
         if wide:
             text += (f" At d = {wide['dim']} ({wide['episodes']} episodes): bias-corrected FD "
-                     f"{cells('fd_bias_corrected', wide)}; KID {cells('kid', wide)}.")
+                     f"{cells('fd_bias_corrected', wide)}; KID {cells('kid', wide)}. With fewer independent "
+                     "rows than dimensions the FD's bias is not a 1/N term the jackknife can remove: there, "
+                     "compare models on KID.")
     return text
 
 
@@ -451,7 +455,7 @@ def _front_matter(doc: Doc, protocol: dict[str, Any], provenance: dict[str, Any]
           + ("" if enc["comparable_to_published"] else " (weight-free: **not comparable to published FID/FVD**)")
           + f". Every number is a point estimate with its {boot['confidence_level']:.0%} "
           f"{boot['method']} bootstrap interval (B = {boot['n_resamples']}, seed {boot['seed']}; the bias-corrected "
-          "FDs: the basic interval; KID: the boundary interval of its replicates), resampling "
+          "FDs and KID: the boundary interval of their replicates), resampling "
           "episodes, the independent unit, with the same resampled episodes for every model of a world (paired). "
           "↓ lower is better, ↑ higher is better, →1 closest to 1 is best. `ground_truth` rows are the true world "
           "scored by the same code: a reference, not a competitor."
@@ -655,7 +659,7 @@ def _distributional_section(v: WorldView) -> None:
     doc.p("`frame`: predicted frames against realized frames (the published FID construction, blind to which "
           "history produced which frame). `transition`: each frame joined with the previous one, the motion "
           "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
-          "plug-in estimator, which is biased at finite N; the bias-corrected row carries the basic interval, "
+          "plug-in estimator, which is biased at finite N; the bias-corrected row carries the boundary interval, "
           "KID the boundary interval (it covers a true 0 at about the nominal level; see the interval "
           "validation above), and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
           "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
