@@ -15,6 +15,7 @@ from wmeval.estimators.resample import (
     jackknife_bias,
     jackknife_centred,
     jackknife_counts,
+    jackknife_weights,
     linear_part,
     resample_counts,
 )
@@ -291,20 +292,17 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
     counts = resample_counts(32, 400, rng)
     u, reps, v = kb.at(np.ones(32)), kb.at(counts.astype(float)), kb.plugin()
     fd_reps = rng.gamma(2.0, 0.05, size=(400, 1)) + 0.2
-    jc, jw = jackknife_counts(np.zeros(32))
-    jk = 0.25 + rng.normal(0.002, 0.001, size=(len(jc), 1))       # each deletion raises the FD: a positive bias
+    bias = 0.06
     wpts = pd.DataFrame({"metric": ["kid", "fd"], "condition": ["frame:pooled"] * 2, "source": ["m", "m"],
                          "value": [u, 0.25]})
     rows = replicate_rows("w", [Replicates("kid", "frame:pooled", ["m"], reps[:, None], np.array([32]),
                                            {"scale": np.array([v])}),
                                 Replicates("fd", "frame:pooled", ["m"], fd_reps, np.array([32]),
-                                           {"jackknife": jk, "jackknife_weights": jw})],
+                                           {"jackknife_bias": np.array([bias])})],
                           wpts, BOOT, None, counts)
     by = {r["metric"]: r for r in rows}
     assert (by["kid"]["low"], by["kid"]["high"]) == boundary_interval(u, reps, counts, v, 0.95)
     assert by["kid"]["method"] == "boundary" and by["kid"]["point"] == u
-    bias = 31 / 32 * np.sum(jk[:, 0] - 0.25)
-    assert bias > 0.03
     bc = by["fd_bias_corrected"]
     assert bc["point"] == pytest.approx(0.25 - bias)
     centred = fd_reps[:, 0] - fd_reps[:, 0].mean() + 0.25 + bias
@@ -315,23 +313,34 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
 # The bias-corrected FD: the bootstrap's own bias correction (2 FD - mean FD*) left a positive bias at moderate d,
 # so a boundary interval around it excluded a true 0 too often, and the basic interval covered it 99-100%.
 
+def _plug_var(x: np.ndarray, m: np.ndarray) -> float:
+    """The plug-in (biased, 1/n) variance of the rows of ``x`` weighted by ``m``."""
+    return float(np.sum(m * (x - m @ x / m.sum()) ** 2) / m.sum())
+
+
 def test_delete_one_jackknife_of_the_plug_in_variance_is_the_unbiased_variance():
-    x = np.random.default_rng(1).normal(size=9)
-    c, w = jackknife_counts(np.zeros(9))
-    plug = lambda m: float(np.sum(m * (x - m @ x / m.sum()) ** 2) / m.sum())   # noqa: E731
-    point = plug(np.ones(9))
-    bias = jackknife_bias(np.array([plug(r.astype(float)) for r in c]), point, w)
-    assert point - bias == pytest.approx(np.var(x, ddof=1), rel=1e-12)
+    """Exactly, also when only some clusters hold rows (weights on the 9 present of 12 clusters)."""
+    x = np.random.default_rng(1).normal(size=12)
+    present = np.arange(12) < 9
+    c = jackknife_counts(np.zeros(12))
+    w = jackknife_weights(c, np.zeros(12), present)
+    point = _plug_var(x, present.astype(float))
+    bias = jackknife_bias(np.array([_plug_var(x, r * present) for r in c.astype(float)]), point, w)
+    assert point - bias == pytest.approx(np.var(x[:9], ddof=1), rel=1e-12)
 
 
-def test_grouped_jackknife_removes_a_one_over_n_bias_and_sides_add():
-    """Delete-a-group (10 clusters in 4 groups of 3, 3, 2, 2) on the plug-in variance, bias -1/n: unbiased over
-    4000 data sets (the uncorrected mean is 0.9, 13 standard errors off); two independent sides' biases add."""
-    c, w = jackknife_counts(np.repeat(["a", "b"], 10), max_groups=4)
+def test_grouped_jackknife_removes_a_one_over_n_bias_and_no_linear_term():
+    """Delete-a-group (10 clusters in 4 groups of 3, 3, 2, 2; two independent sides): on the plug-in variance
+    (bias -1/n a side) unbiased over 4000 data sets (the uncorrected mean 1.8 is 13 standard errors off); on a
+    mean (no bias) the estimate is exactly 0 whatever the group sizes (unequal groups' weights cancel the
+    linear part)."""
+    group = np.repeat(["a", "b"], 10)
+    c = jackknife_counts(group, max_groups=4)
+    w = jackknife_weights(c, group)
     assert c.shape == (8, 20) and sorted(c[:4].sum(axis=1).tolist()) == [17, 17, 18, 18]
     rng = np.random.default_rng(2)
-    plug = lambda x, m: float(np.sum(m * (x - m @ x / m.sum()) ** 2) / m.sum())   # noqa: E731
-    stat = lambda z, m: plug(z[:10], m[:10]) + plug(z[10:], m[10:])               # noqa: E731
+    stat = lambda z, m: _plug_var(z[:10], m[:10]) + _plug_var(z[10:], m[10:])     # noqa: E731
+    mean = lambda z, m: float(m[:10] @ z[:10] / m[:10].sum())                      # noqa: E731
     raw, corrected = [], []
     for _ in range(4000):
         z = rng.normal(size=20)
@@ -340,6 +349,15 @@ def test_grouped_jackknife_removes_a_one_over_n_bias_and_sides_add():
         corrected.append(t - jackknife_bias(np.array([stat(z, r.astype(float)) for r in c]), t, w))
     se = np.std(corrected) / np.sqrt(4000)
     assert abs(np.mean(corrected) - 2.0) < 3 * se and abs(np.mean(raw) - 1.8) < 3 * se
+    z = rng.normal(size=20)
+    assert jackknife_bias(np.array([mean(z, r.astype(float)) for r in c]), mean(z, np.ones(20)), w) == \
+        pytest.approx(0.0, abs=1e-14)
+
+
+def test_an_undefined_jackknife_row_adds_nothing():
+    assert jackknife_bias(np.array([1.0, np.nan, 3.0]), 1.0, np.full(3, 0.5)) == pytest.approx(1.0)
+    assert np.isnan(jackknife_bias(np.array([np.nan, np.nan]), 1.0, np.full(2, 0.5)))
+    assert jackknife_bias(np.array([np.nan]), 1.0, np.zeros(1)) == 0.0      # no weighted row: no bias
 
 
 def test_jackknife_centred_replaces_the_bootstrap_bias():
@@ -350,7 +368,8 @@ def test_jackknife_centred_replaces_the_bootstrap_bias():
 
 def test_bias_corrected_fd_is_nearly_unbiased_at_a_true_zero_in_moderate_dimension():
     """d = 16, 32 episodes of 10 rows a side, independent sides, one distribution: the plug-in FD averages
-    about 2.2; the bootstrap's correction left about 0.40 (old code), the jackknife's about 0.07."""
+    about 2.2; the bootstrap's correction left about 0.48 (old code), the jackknife's about 0.15
+    (``benchmarks/coverage.py --only bias``)."""
     rng = np.random.default_rng(4)
     points = []
     for _ in range(30):
@@ -359,7 +378,7 @@ def test_bias_corrected_fd_is_nearly_unbiased_at_a_true_zero_in_moderate_dimensi
         points.append(distribution_bootstrap(ref.x, fake.x, real_clusters=ref.episode,
                                              fake_clusters=fake.episode + 100, metric="fd_bias_corrected",
                                              n_resamples=100, seed=0).point)
-    assert abs(np.mean(points)) < 0.2
+    assert abs(np.mean(points)) < 0.3
 
 
 def test_boundary_interval_bounds_solve_the_inverted_test():

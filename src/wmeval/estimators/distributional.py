@@ -51,6 +51,7 @@ from wmeval.estimators.resample import (
     jackknife_bias,
     jackknife_centred,
     jackknife_counts,
+    jackknife_weights,
     percentile_interval,
 )
 from wmeval.metrics import (
@@ -591,8 +592,8 @@ class Replicates:
     n_clusters: np.ndarray | None = None      # (S,) episodes with rows, per source
     #: ``scale`` ``(S,)``: KID's plug-in squared distance (V-statistic), the size of the difference its replicates'
     #: linear part is built on (:func:`~wmeval.estimators.resample.boundary_interval`); for the pooled and
-    #: stratified FDs, ``jackknife`` ``(R, S)`` and ``jackknife_weights`` ``(R,)``: the FD on each
-    #: :func:`~wmeval.estimators.resample.jackknife_counts` row, for the bias-corrected form
+    #: stratified FDs, ``jackknife_bias`` ``(S,)``: the episode jackknife's bias estimate (the stratified FD's is
+    #: the strata's, weighted), which the bias-corrected form subtracts
     extra: dict = field(default_factory=dict)
 
 
@@ -847,6 +848,34 @@ def fd_infinity_replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: S
     return out
 
 
+def _present(vs: ViewSets, key: str | None, sources: list[str], n_eps: int) -> np.ndarray:
+    """``(S, N)``: per source, the episodes with rows of ``key`` (a stratum, or ``None``) on either side."""
+    ref = np.zeros(n_eps, bool)
+    ref[vs.reference.subset(key).episode] = True
+    out = np.repeat(ref[None, :], len(sources), axis=0)
+    for j, src in enumerate(sources):
+        out[j, vs.sources[src].subset(key).episode] = True
+    return out
+
+
+def _jackknife_biases(one: _ViewFD, vs: ViewSets, n_eps: int, n_jobs: int, progress, executor) -> np.ndarray:
+    """``(1 + strata, S)``: the episode jackknife's bias estimate of every (key, source) FD of one view
+    (:func:`~wmeval.estimators.resample.jackknife_counts` over the episodes, one resampling group as the
+    replicates'; each key's and source's weights on the episodes that hold its rows), on the same computation
+    as the replicates (the rows of all episodes included, so that the difference is the deletion's alone)."""
+    jc = jackknife_counts(np.zeros(n_eps, dtype=np.int64))
+    if not len(jc):                                                 # one episode: no bias estimate
+        return np.full((len(one.keys), len(one.sources)), np.nan)
+    rows = np.vstack([np.ones((1, n_eps), dtype=np.int64), jc])
+    blocks = replicate_blocks(rows)
+    fd = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks), executor,
+                                        per_item=len(blocks[0])))     # (1 + R, keys, S)
+    group = np.zeros(n_eps, dtype=np.int64)
+    return np.stack([jackknife_bias(fd[1:, k], fd[0, k], jackknife_weights(jc, group, _present(vs, key, one.sources,
+                                                                                                  n_eps)))
+                     for k, key in enumerate(one.keys)])
+
+
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
                progress=None, executor=None) -> list[Replicates]:
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
@@ -870,22 +899,16 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
         blocks = replicate_blocks(counts)
         fd = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks),
                                             executor, per_item=len(blocks[0])))   # (B, 1 + strata, S)
-        # The delete-a-group jackknife over episodes (one resampling group, as the replicates'), for the
-        # bias-corrected FDs: the same computation on its multiplicities.
-        jc, jw = jackknife_counts(np.zeros(counts.shape[1], dtype=np.int64))
-        jblocks = replicate_blocks(jc)
-        jk = np.concatenate(_map_replicates(one.many, jblocks, n_jobs, _BlockProgress(progress, jblocks),
-                                            executor, per_item=len(jblocks[0])))  # (R, 1 + strata, S)
+        bias = _jackknife_biases(one, vs, counts.shape[1], n_jobs, progress, executor)   # (1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
-        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled,
-                              {"jackknife": jk[:, 0], "jackknife_weights": jw}))
+        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled, {"jackknife_bias": bias[0]}))
         for i, s in enumerate(vs.strata, start=1):
             out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i], _episode_counts(vs, sources, s)))
         weights = stratum_weights(vs, cfg.strata_weights)
         w = np.array([weights[s] for s in vs.strata])
         out.append(Replicates("fd_stratified", f"{view}:{cfg.strata_weights}", sources,
                               np.tensordot(fd[:, 1:], w, axes=([1], [0])), pooled,
-                              {"jackknife": np.tensordot(jk[:, 1:], w, axes=([1], [0])), "jackknife_weights": jw}))
+                              {"jackknife_bias": np.tensordot(bias[1:], w, axes=([0], [0]))}))
         c = counts.astype(np.float64)
         xx = KernelBlocks.self_blocks(vs.reference, counts.shape[1])
         kbs = [KernelBlocks.of(vs.reference, vs.sources[src], counts.shape[1], xx, vs.linked.get(src))
@@ -988,9 +1011,12 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
     if not (ok.size and enough):
         lo, hi = np.nan, np.nan
     elif metric == "fd_bias_corrected":
-        jc, jw = jackknife_counts(group)
+        jc = jackknife_counts(group)
+        present = np.zeros(n, bool)
+        present[inv_r], present[inv_f] = True, True
         with threadpool_limits(limits=1):
-            bias = float(jackknife_bias(one.many(jc)[:, 0, 0], point, jw))
+            jk = one.many(np.vstack([np.ones((1, n)), jc]))[:, 0, 0]
+        bias = float(jackknife_bias(jk[1:], jk[0], jackknife_weights(jc, group, present)))
         fin = np.isfinite(reps)
         lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin], point,
                                    confidence_level)

@@ -232,47 +232,78 @@ def ratio_replicates(values: np.ndarray, denominators: np.ndarray, counts: np.nd
 JACKKNIFE_GROUPS = 32
 
 
-def jackknife_counts(group: np.ndarray, max_groups: int = JACKKNIFE_GROUPS) -> tuple[np.ndarray, np.ndarray]:
-    """Delete-a-group jackknife over clusters: multiplicities and the weights of its bias estimate.
+def jackknife_counts(group: np.ndarray, max_groups: int = JACKKNIFE_GROUPS) -> np.ndarray:
+    """Delete-a-group jackknife over clusters: ``(R, n_clusters)`` multiplicities, each row deleting one group.
 
     Within each resampling group (``group``, one label per cluster: one group for a paired design,
-    one per side for independent sides), its ``n`` clusters are split into ``G = min(n, max_groups)``
-    contiguous deletion groups (delete-one when ``n <= max_groups``); each row of the result deletes one.
-    A statistic with bias ``a / n`` in that group's count has bias ``a / (n - n_g)`` without deletion
-    group ``g``, so ``(T_-g - T) (n - n_g) / n_g`` estimates the bias ``a / n`` and its mean over the
-    groups is the jackknife's estimate (``(n - 1) (mean T_-i - T)`` for delete-one); the groups' bias
-    terms add. :func:`jackknife_bias` applies the weights.
+    one per side for independent sides), its ``n`` clusters are split into ``min(n, max_groups)``
+    contiguous deletion groups (delete-one when ``n <= max_groups``). A group of one cluster has no
+    deletion row. :func:`jackknife_weights` gives the rows' weights in the bias estimate.
 
-    Returns:
-        ``(counts (R, n_clusters), weights (R,))``: the bias estimate is ``sum_r weights_r (T_r - T)``.
-        A group of one cluster has no deletion row (its bias is not estimable).
-
-    >>> c, w = jackknife_counts(np.array(["a", "a", "a"]))
-    >>> c.tolist(), w.tolist()
-    ([[0, 1, 1], [1, 0, 1], [1, 1, 0]], [0.6666666666666666, 0.6666666666666666, 0.6666666666666666])
+    >>> jackknife_counts(np.array(["a", "a", "a"])).tolist()
+    [[0, 1, 1], [1, 0, 1], [1, 1, 0]]
     """
     group = np.asarray(group)
-    rows, weights = [], []
+    rows = []
     for label in sorted(set(group.tolist()), key=str):
         members = np.flatnonzero(group == label)
-        n = len(members)
-        if n < 2:
+        if len(members) < 2:
             continue
-        parts = np.array_split(members, min(n, max_groups))
-        for part in parts:
+        for part in np.array_split(members, min(len(members), max_groups)):
             row = np.ones(len(group), dtype=np.int64)
             row[part] = 0
             rows.append(row)
-            weights.append((n - len(part)) / len(part) / len(parts))
-    return np.array(rows, dtype=np.int64).reshape(len(rows), len(group)), np.array(weights)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(group))
 
 
-def jackknife_bias(values: np.ndarray, point: np.ndarray | float, weights: np.ndarray) -> np.ndarray | float:
-    """The jackknife's bias estimate ``sum_r weights_r (values_r - point)`` over the rows of ``values``
-    (``(R,)`` or ``(R, S)``, the statistic on :func:`jackknife_counts`' rows); NaN where a row is NaN."""
+def jackknife_weights(counts: np.ndarray, group: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+    """The weights of the jackknife's bias estimate ``sum_r w_r (T_r - T)`` over :func:`jackknife_counts`' rows.
+
+    A statistic whose bias is ``a / m`` in the ``m`` clusters of a resampling group that hold its rows
+    (``present``; all of them by default) has bias ``a / (m - m_r)`` without the ``m_r`` of them that row
+    ``r`` deletes; with ``w_r = (m - m_r) / m`` the estimate's expectation is exactly ``a / m``, and the
+    statistic's first-order (linear) part cancels whatever the deletion groups' sizes (delete-one:
+    ``w = (m - 1) / m``, the textbook ``(m - 1) (mean T_-i - T)``). The groups' bias terms add. A row that
+    deletes no present cluster, or deletes all of a group's, weighs 0.
+
+    Args:
+        counts: ``(R, n_clusters)`` from :func:`jackknife_counts`.
+        group: ``(n_clusters,)`` the resampling groups it was made with.
+        present: ``(n_clusters,)`` or ``(S, n_clusters)`` booleans: the clusters with rows, per series.
+
+    Returns:
+        ``(R,)``, or ``(R, S)`` for a 2-D ``present``.
+
+    >>> c = jackknife_counts(np.zeros(4))
+    >>> jackknife_weights(c, np.zeros(4)).tolist(), jackknife_weights(c, np.zeros(4), [1, 1, 1, 0]).tolist()
+    ([0.75, 0.75, 0.75, 0.75], [0.6666666666666666, 0.6666666666666666, 0.6666666666666666, 0.0])
+    """
+    group = np.asarray(group)
+    pres = np.ones((1, len(group)), bool) if present is None else np.atleast_2d(np.asarray(present, bool))
+    deleted = np.asarray(counts) == 0                                   # (R, N)
+    w = np.zeros((len(deleted), len(pres)))
+    for r, row in enumerate(deleted):
+        in_group = group == group[np.flatnonzero(row)[0]]
+        m = (pres & in_group).sum(axis=1).astype(np.float64)             # (S,)
+        m_r = (pres & row).sum(axis=1).astype(np.float64)
+        ok = (m_r > 0) & (m_r < m)
+        w[r, ok] = (m[ok] - m_r[ok]) / m[ok]
+    return w[:, 0] if present is None or np.ndim(present) == 1 else w
+
+
+def jackknife_bias(values: np.ndarray, base: np.ndarray | float, weights: np.ndarray) -> np.ndarray | float:
+    """The jackknife's bias estimate ``sum_r weights_r (values_r - base)``: ``values`` ``(R,)`` or ``(R, S)`` the
+    statistic on :func:`jackknife_counts`' rows, ``base`` on all clusters (computed the same way), ``weights``
+    from :func:`jackknife_weights` (``(R,)`` or ``(R, S)``). A row where the statistic is undefined (a deletion
+    that leaves a side fewer than 2 rows) adds nothing; NaN when no weighted row is defined."""
     v = np.asarray(values, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64).reshape((-1,) + (1,) * (v.ndim - 1))
-    return np.sum(w * (v - np.asarray(point, dtype=np.float64)), axis=0)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim < v.ndim:
+        w = w.reshape((-1,) + (1,) * (v.ndim - 1)) * np.ones_like(v)
+    terms = w * (v - np.asarray(base, dtype=np.float64))
+    used = (w != 0) & np.isfinite(terms)
+    out = np.where(used, terms, 0.0).sum(axis=0)
+    return np.where(used.any(axis=0) | ~(w != 0).any(axis=0), out, np.nan)[()]
 
 
 def jackknife_centred(replicates: np.ndarray, point: np.ndarray | float, bias: np.ndarray | float) -> np.ndarray:

@@ -267,17 +267,17 @@ REGISTRY: dict[str, MetricInfo] = {
                           Shown("distributional", "{view}: FD stratified (plug-in)",
                                 condition="{view}:empirical"))),
         MetricInfo("fd_stratified_bias_corrected", False, "encoder units^2", "distributional",
-                   "jackknife bias-corrected stratified FD, FD_strat minus the delete-one-episode jackknife's "
-                   "bias estimate, with the boundary interval: the headline and the ranks (its interval covers; "
-                   "the plug-in's does not)",
+                   "jackknife bias-corrected stratified FD, FD_strat minus the episode jackknife's bias "
+                   "estimate (delete-one up to 32 episodes, else 32 groups), with the boundary interval: the "
+                   "headline and the ranks (its interval covers; the plug-in's does not)",
                    card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator"),
                    shown=(Shown("distributional", "{view}: FD stratified, bias-corrected",
                                 condition="{view}:uniform", headline="transition"),
                           Shown("distributional", "{view}: FD stratified, bias-corrected",
                                 condition="{view}:empirical", headline="transition"))),
         MetricInfo("fd_bias_corrected", False, "encoder units^2", "distributional",
-                   "jackknife bias-corrected pooled FD, FD minus the delete-one-episode jackknife's bias "
-                   "estimate, with the boundary interval",
+                   "jackknife bias-corrected pooled FD, FD minus the episode jackknife's bias estimate "
+                   "(delete-one up to 32 episodes, else 32 groups), with the boundary interval",
                    card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator"),
                    shown=(Shown("distributional", "{view}: FD bias-corrected", condition="{view}:pooled"),)),
         MetricInfo("fd_infinity", False, "encoder units^2", "distributional",
