@@ -9,9 +9,11 @@ import hashlib
 import os
 import re
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,12 +120,14 @@ def _wait_for(address: str, nodes: int, env: dict, procs: list, timeout: float =
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     """A head node and a second node, each a `ray start --block` with its own resources (1 CPU each), in their
     own process groups: the teardown stops exactly these (never `ray stop`, which would stop every Ray on the
     machine, a developer's own cluster included)."""
     pytest.importorskip("ray")
-    tmp = tmp_path_factory.mktemp("ray")
+    # A short temporary directory: Ray's session sockets live under it, and an AF_UNIX path may not exceed 107
+    # bytes (pytest-xdist's per-worker base temp directory made them longer).
+    tmp = Path(tempfile.mkdtemp(prefix="wmray-", dir="/tmp" if os.path.isdir("/tmp") else None))
     port = _free_port()
     # Token authentication off for this loopback-only cluster (Ray 2.5x turns it on when ~/.ray/auth_token exists,
     # which an earlier `ray.init()` on this machine may have written, and a second node then needs the token).
@@ -147,18 +151,20 @@ def cluster(tmp_path_factory):
         yield address, env
     finally:
         # SIGINT: `ray start --block` stops its node's processes at once (measured 1.3 s; SIGTERM waited 33 s).
-        # Once, after an actor had been killed, SIGINT stopped neither node (2 x 60 s of waiting in CI): the
-        # process group is killed after 10 s.
+        # After an actor had been killed, SIGINT often stopped neither node (CI waited 2 x 10 s): the process
+        # groups still running 5 s after it are killed.
         for p in reversed(procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGINT)
+        deadline = time.time() + 5.0
         for p in reversed(procs):
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _actor_pids() -> list[int]:
