@@ -195,6 +195,7 @@ def test_episodes_cli(tmp_path, root, monkeypatch):
     assert main(["episodes", "mars", "--out", str(tmp_path / "m")]) == 2
 
 
+@pytest.mark.slow
 def test_failed_rollouts_stage_exits_nonzero_and_writes_nothing(tmp_path, root):
     """A bad model output stops the stage script: exit 2, message, no data/rollouts."""
     from conftest import make_project

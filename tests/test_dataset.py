@@ -96,6 +96,7 @@ def test_persistence_on_recorded_data(tmp_path):
             run_world(cfg, {"m": {"_target_": f"wmeval.models.{target}"}}, PROTO, progress=False, world=w)
 
 
+@pytest.mark.slow
 def test_from_minari_dataset_made_with_data_collector(tmp_path, monkeypatch):
     """A Minari dataset recorded here with DataCollector (CartPole with its rendered frames beside the state)."""
     minari = pytest.importorskip("minari")

@@ -32,6 +32,7 @@ def _cfg(kind, d, **params):
                          batch_size=3, weights_dir=str(d))
 
 
+@pytest.mark.slow
 def test_inception_registry_equals_direct_forward(inception_ckpt):
     d, path, net = inception_ckpt
     enc = build_encoder(_cfg("inception_fid", d, weights_sha256=file_sha256(path)))
@@ -212,6 +213,7 @@ def read_metadata_of(table):
     return json.loads(table.schema.metadata[b"wmeval"])
 
 
+@pytest.mark.slow
 def test_reduced_precision_is_opt_in_recorded_and_keyed(inception_ckpt):
     """bf16 runs the network in bfloat16 (close to fp32, not equal: a bf16 mantissa holds 8 bits), the protocol
     records it, and the cache key separates it from fp32, whose key is unchanged (no precision field)."""

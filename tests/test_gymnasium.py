@@ -628,6 +628,7 @@ def test_mujoco_half_cheetah_branches_exactly_and_plans():
     np.testing.assert_array_equal(w.rollout_rewards(s0, acts, None), w.true_reward(a))
 
 
+@pytest.mark.slow
 def test_statistics_in_episode_chunks_change_no_value(monkeypatch):
     """The statistics stage scores frames over chunks of episodes (bounded memory): one episode per chunk gives
     exactly the values of one chunk for all, for every per-step, per-sequence and counterfactual row, with
@@ -678,6 +679,7 @@ def test_memory_needed_counts_the_snapshot_store():
     assert sum(s.frame.nbytes for s in w._store.values()) == store                 # what the store really holds
 
 
+@pytest.mark.slow
 def test_each_models_snapshots_are_dropped_once_its_table_is_out():
     """The snapshot store keeps a frame per step: a model's rollouts (oracle-noise and shuffled roll the
     environment) are dropped after its table, the episodes' after the last table; the tables are the same
@@ -704,6 +706,7 @@ def test_each_models_snapshots_are_dropped_once_its_table_is_out():
         w.rewind(w.checkpoint() + 1)
 
 
+@pytest.mark.slow
 def test_the_snapshot_store_holds_one_block_of_episodes_at_a_time():
     """In blocks of 3, the store holds the N initial states and one block's rollouts: its peak does not grow
     with N (9 episodes peak as 6 do, plus their initial frames), while one block of 9 holds three blocks'

@@ -109,6 +109,7 @@ def test_crossed_weights_are_products_of_the_two_multiplicities():
         crossed_bootstrap(df[df.rater == "a"], spy, n_resamples=10)
 
 
+@pytest.mark.slow
 def test_crossed_intervals_cover_where_resampling_trajectories_alone_does_not():
     """Raters with strong individual taste: the crossed interval of `a`'s win rate is wider than the
     trajectory-only one, and over simulated studies it covers the population value far more often."""

@@ -140,6 +140,7 @@ def test_weighted_frechet_statistic_without_copies():
     assert r.low <= r.point <= r.high and r.n_clusters == 50
 
 
+@pytest.mark.slow
 def test_statistics_read_in_episode_windows_change_no_value(tmp_path, tiny_params, monkeypatch):
     """The statistics stage reads frames one window of episodes at a time (bounded memory): with one episode
     per window, every row of both built-in worlds (paired errors, frame scores, NLL, task signals,

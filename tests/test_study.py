@@ -276,6 +276,7 @@ def _scores(better: str, worse: str) -> "pd.DataFrame":
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_evaluators_are_validated_only_on_the_frames_the_study_showed(tmp_path, study):
     """A metric that orders the models as the raters do is "validated on <study>" (realism) while this run's rollouts hold
     the frames the pages showed, even when the files are rewritten with the same frames; once a candidate's shown
