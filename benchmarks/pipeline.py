@@ -14,7 +14,9 @@ Per stage: the median wall time over ``--repeats`` cold runs (each from scratch)
 peak RSS (``ru_maxrss`` of that stage's process, from ``os.wait4`` in a small launcher). Beside them, the
 stage's **start-up floor**: a process that only imports what the stage imports (interpreter, numpy,
 torch, ...) and does nothing; the gap between the two is the stage's own work. The machine's measured
-float64 matmul rate is recorded too, so that a stage's arithmetic can be put against it.
+float64 matmul rate is recorded too, so that a stage's arithmetic can be put against it. The bootstrap's
+arithmetic floor is measured: its symmetric eigen-solves (what every FD replicate needs), counted and timed
+in a serial run of the stage and spread over the cores (``bootstrap_eigen_solve_floor``).
 
 ``--scale`` also runs the stages at 1x, 2x (and ``--scale 4``: 4x) ``protocol.n_episodes`` and fits each
 stage's time ~ n^b (least squares on logs): ``b`` near 1 is linear; above 1 a stage grows faster than
@@ -22,6 +24,7 @@ its work.
 
     python benchmarks/pipeline.py                      # default config, 1 cold + 1 warm run
     python benchmarks/pipeline.py --repeats 3 --scale 2 --out benchmarks/results/pipeline.json
+    python benchmarks/pipeline.py --samples 1 16        # also at K = 1 and 16 samples per condition
 
 Everything in one JSON (``--out``) comes from one run on one machine, with the stages side by side, so
 ratios hold when absolute times drift. Times on a shared machine are noisy: compare medians and ratios.
@@ -115,19 +118,64 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
     return 2 * n**3 / float(np.median(ts)) / 1e9
 
 
+#: Runs the bootstrap stage serially (one process, one BLAS thread) with numpy's symmetric eigen-solvers wrapped,
+#: and prints their count per matrix size and the seconds spent inside them as JSON on its last line.
+SOLVE_COUNTER = """
+import json, os, runpy, sys, time
+from collections import Counter
+import numpy as np
+import wmeval.core.parallel as par
+par.usable_cores = lambda: 1          # every map in this process, serial
+os.cpu_count = lambda: 1
+calls, spent = Counter(), [0.0]
+def counted(fn):
+    def wrapper(a, *args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(a, *args, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            calls[f"{fn.__name__} {np.shape(a)[-1]}"] += int(np.prod(np.shape(a)[:-2], dtype=np.int64))
+    return wrapper
+np.linalg.eigvalsh, np.linalg.eigh = counted(np.linalg.eigvalsh), counted(np.linalg.eigh)
+sys.argv = ["stages/bootstrap.py"]
+t0 = time.perf_counter()
+try:
+    runpy.run_path("stages/bootstrap.py", run_name="__main__")
+except SystemExit as e:
+    if e.code not in (0, None):
+        raise
+print(json.dumps({"solves": dict(calls), "solve_s": spent[0], "serial_wall_s": time.perf_counter() - t0}))
+"""
+
+
+def bootstrap_floor(proj: Path, env: dict[str, str], cores: int) -> dict:
+    """The bootstrap stage's arithmetic floor: its symmetric eigen-solves (every FD needs the eigenvalues of a
+    d x d product; the reference's square root an eigendecomposition), counted and timed in a serial run of
+    the stage, spread over ``cores``. Each call's own overhead counts as its time, so this is the floor of the
+    solves as the stage makes them, not of LAPACK alone."""
+    r = subprocess.run([sys.executable, "-c", SOLVE_COUNTER], cwd=proj, env={**env, "OMP_NUM_THREADS": "1",
+                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"the counting bootstrap run failed:\n{r.stderr[-3000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return {**out, "cores": cores, "floor_s": out["solve_s"] / cores}
+
+
 def run_stages(proj: Path, env: dict[str, str]) -> dict[str, dict]:
     return {s: run_process([sys.executable, f"stages/{s}.py"], proj, env) for s in STAGES}
 
 
-def measure(overrides: list[str], repeats: int, work: Path, tag: str, warm: bool = True) -> dict:
-    """Cold runs (each in a fresh copy with an empty cache), then (``warm``) one warm run in the last copy."""
+def measure(overrides: list[str], repeats: int, work: Path, tag: str, warm: bool = True, floor: bool = False) -> dict:
+    """Cold runs (each in a fresh copy with an empty cache), then (``warm``) one warm run in the last copy, and
+    (``floor``) the bootstrap's eigen-solve floor there."""
     cold = []
     for r in range(repeats):
         proj = make_project(work / f"{tag}-{r}", overrides)
         env = {**os.environ, "WMEVAL_CACHE_DIR": str(work / f"{tag}-{r}-cache"), "PYTHONPATH": str(proj / "src")}
         cold.append(run_stages(proj, env))
     again = run_stages(proj, env) if warm else None
-    out = {}
+    out: dict = {"bootstrap_floor": bootstrap_floor(proj, env, os.cpu_count() or 1)} if floor else {}
     for s in STAGES:
         walls = [c[s]["wall_s"] for c in cold]
         out[s] = {"cold_wall_s": float(np.median(walls)), "cold_walls_s": walls,
@@ -136,12 +184,25 @@ def measure(overrides: list[str], repeats: int, work: Path, tag: str, warm: bool
     return out
 
 
+def fitted(runs: dict, sizes: list, floors: dict) -> dict:
+    """Per stage: cold wall time and peak RSS at each size, and the exponent b of its own work (the start-up
+    floor removed) ~ size^b, least squares on logs."""
+    x = np.log(np.array(sizes, float))
+    return {s: {"wall_s": [runs[n][s]["cold_wall_s"] for n in sizes],
+                "peak_rss_mb": [runs[n][s]["peak_rss_mb"] for n in sizes],
+                "exponent": float(np.polyfit(x, np.log([max(1e-3, runs[n][s]["cold_wall_s"] - floors[s]["wall_s"])
+                                                        for n in sizes]), 1)[0])}
+            for s in STAGES}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/ (default: the shipped config)")
     ap.add_argument("--repeats", type=int, default=1, help="cold runs per configuration (median reported)")
     ap.add_argument("--scale", type=int, default=0, choices=[0, 2, 4],
                     help="also run at 2x (and 4x) protocol.n_episodes and fit each stage's exponent")
+    ap.add_argument("--samples", type=int, nargs="*", default=[],
+                    help="also run at these protocol.num_samples (K; e.g. 1 16) and fit each stage's exponent in K")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
     import yaml
@@ -157,7 +218,8 @@ def main() -> None:
             runs = [run_process([sys.executable, "-c", stage_imports(s)], ROOT, env) for _ in range(3)]
             floors[s] = {"wall_s": float(np.median([r["wall_s"] for r in runs])),
                          "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
-        base = measure(args.overrides, args.repeats, work, "base")
+        base = measure(args.overrides, args.repeats, work, "base", floor=True)
+        boot_floor = base.pop("bootstrap_floor")
         result = {
             "config": args.overrides or ["(shipped defaults)"], "n_episodes": n_base, "repeats": args.repeats,
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -168,22 +230,20 @@ def main() -> None:
             "total_cold_s": sum(base[s]["cold_wall_s"] for s in STAGES),
             "total_warm_s": sum(base[s]["warm_wall_s"] for s in STAGES),
             "total_startup_floor_s": sum(floors[s]["wall_s"] for s in STAGES),
+            "bootstrap_eigen_solve_floor": {**boot_floor, "ratio": base["bootstrap"]["cold_wall_s"]
+                                            / (boot_floor["floor_s"] + floors["bootstrap"]["wall_s"])},
         }
         if args.scale:
             factors = [1, 2] + ([4] if args.scale == 4 else [])
-            runs = {1: base}
-            for f in factors[1:]:
-                runs[f] = measure([*args.overrides, f"protocol.n_episodes={n_base * f}"], 1, work, f"x{f}", warm=False)
-            x = np.log(np.array(factors, float))
-            result["scaling"] = {
-                "factors": factors,
-                "stages": {s: {"wall_s": [runs[f][s]["cold_wall_s"] for f in factors],
-                               "peak_rss_mb": [runs[f][s]["peak_rss_mb"] for f in factors],
-                               # the stage's own work (start-up floor removed) against the episode count
-                               "exponent": float(np.polyfit(x, np.log([max(1e-3, runs[f][s]["cold_wall_s"]
-                                                                           - floors[s]["wall_s"])
-                                                                       for f in factors]), 1)[0])}
-                           for s in STAGES}}
+            runs = {1: base, **{f: measure([*args.overrides, f"protocol.n_episodes={n_base * f}"], 1, work, f"x{f}",
+                                           warm=False) for f in factors[1:]}}
+            result["scaling"] = {"factors": factors, "stages": fitted(runs, factors, floors)}
+        if args.samples:
+            k_base = yaml.safe_load(compose_text(args.overrides, ROOT))["protocol"]["num_samples"]
+            ks = sorted({k_base, *args.samples})
+            runs = {k: base if k == k_base else measure([*args.overrides, f"protocol.num_samples={k}"], 1, work,
+                                                        f"k{k}", warm=False) for k in ks}
+            result["scaling_k"] = {"num_samples": ks, "stages": fitted(runs, ks, floors)}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
