@@ -47,6 +47,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from wmeval.core.parallel import usable_cores
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The stages in dvc.yaml's order (what `dvc repro` runs), read from it so that a new stage is never left out.
 STAGES = tuple(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
@@ -150,10 +152,16 @@ print(json.dumps({"solves": dict(calls), "solve_s": spent[0], "serial_wall_s": t
 
 
 def bootstrap_floor(proj: Path, env: dict[str, str], cores: int) -> dict:
-    """The bootstrap stage's arithmetic floor: its symmetric eigen-solves (every FD needs the eigenvalues of a
-    d x d product; the reference's square root an eigendecomposition), counted and timed in a serial run of
-    the stage, spread over ``cores``. Each call's own overhead counts as its time, so this is the floor of the
-    solves as the stage makes them, not of LAPACK alone."""
+    """The bootstrap stage's eigen-solve floor (a partial arithmetic floor: the Cholesky factors and matrix
+    products around each solve are not in it): its symmetric eigen-solves (every FD needs the eigenvalues of a
+    d x d product; a reference whose Cholesky fails, its square root by an eigendecomposition), counted and
+    timed in a serial run of the stage, spread over ``cores``. Each call's own overhead counts as its time.
+    Only a local run with ``bootstrap.n_jobs`` 0 or 1 is counted whole (forked workers or Ray tasks would keep
+    their counts): anything else is refused."""
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    if params["bootstrap"].get("n_jobs", 0) not in (0, 1) or params.get("execution", {}).get("kind", "local") != "local":
+        raise SystemExit("bootstrap_floor: needs execution=local and bootstrap.n_jobs 0 or 1 (the solves of forked "
+                         "workers or Ray tasks would not be counted)")
     r = subprocess.run([sys.executable, "-c", SOLVE_COUNTER], cwd=proj, env={**env, "OMP_NUM_THREADS": "1",
                        "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}, capture_output=True, text=True)
     if r.returncode != 0:
@@ -175,7 +183,7 @@ def measure(overrides: list[str], repeats: int, work: Path, tag: str, warm: bool
         env = {**os.environ, "WMEVAL_CACHE_DIR": str(work / f"{tag}-{r}-cache"), "PYTHONPATH": str(proj / "src")}
         cold.append(run_stages(proj, env))
     again = run_stages(proj, env) if warm else None
-    out: dict = {"bootstrap_floor": bootstrap_floor(proj, env, os.cpu_count() or 1)} if floor else {}
+    out: dict = {"bootstrap_floor": bootstrap_floor(proj, env, usable_cores())} if floor else {}
     for s in STAGES:
         walls = [c[s]["wall_s"] for c in cold]
         out[s] = {"cold_wall_s": float(np.median(walls)), "cold_walls_s": walls,

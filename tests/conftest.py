@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _TMP = Path(tempfile.mkdtemp(prefix="wmeval-tests-"))
 os.environ["WMEVAL_CACHE_DIR"] = str(_TMP / "cache")
 os.environ["WMEVAL_WEIGHTS_DIR"] = str(_TMP / "weights")
+# Every process that loads this file (pytest-xdist's controller and each worker) removes its own at exit.
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -264,18 +264,14 @@ def test_imports_flow_from_stages_to_shared_layers_only():
             assert not deps & (set(STAGES) | set(APPS)), f"stage {unit} imports {deps & set(STAGES)}"
 
 
-def test_the_check_sees_a_circle_and_an_upward_import():
+def test_the_check_sees_a_circle_and_an_upward_import(tmp_path):
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
-    # imported_files reads imports inside functions too, with the packages' faces on the way
-    tree_text = "def f():\n    from wmeval.report import scorecard\n"
-    tmp = PKG.parent / "_layout_probe_not_a_module.py"
-    assert not tmp.exists()
-    try:
-        tmp.write_text(tree_text)
-        got = {g.relative_to(PKG).as_posix() for g in imported_files(tmp)}
-    finally:
-        tmp.unlink()
+    # imported_files reads imports inside functions too, with the packages' faces on the way (the probe lives
+    # outside the checkout: tests in other xdist workers copy src/ while this one runs)
+    probe = tmp_path / "_layout_probe_not_a_module.py"
+    probe.write_text("def f():\n    from wmeval.report import scorecard\n")
+    got = {g.relative_to(PKG).as_posix() for g in imported_files(probe)}
     assert {"__init__.py", "report/__init__.py", "report/scorecard.py"} <= got
 
 

@@ -163,7 +163,8 @@ def cluster():
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
