@@ -2,6 +2,7 @@
 serial = parallel, strata and flags."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from wmeval.core.errors import WmevalError
@@ -225,3 +226,22 @@ def test_distribution_bootstrap_keeps_the_interval_when_one_side_lacks_an_episod
     keep = ep != 15
     r = distribution_bootstrap(x, y[keep], real_clusters=ep, fake_clusters=ep[keep], metric="kid", n_resamples=200)
     assert np.isfinite(r.low) and np.isfinite(r.high) and r.low < r.point < r.high and r.n_clusters == 16
+
+
+def test_point_estimates_on_a_pool_are_the_serial_rows():
+    """The statistics stage runs each (view, source)'s FD, KID and PRDC and each view's FD-infinity as tasks
+    beside its frame scoring: gathered, they are the serial rows, in the serial order, bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wmeval.estimators.distributional import submit_point_estimates
+
+    rng = np.random.default_rng(6)
+    sets = {"frame": _toy(rng, n_eps=12, rows=8), "transition": _toy(rng, n_eps=12, rows=8, d=4)}
+    cfg = Settings.defaults(min_stratum_count=10)
+    pts, eps = point_estimates("toy", sets, cfg)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        gather = submit_point_estimates("toy", sets, cfg, pool)
+        pts2, eps2 = gather()
+    pd.testing.assert_frame_equal(pts, pts2)
+    pd.testing.assert_frame_equal(eps, eps2)
+    assert list(pts.drop_duplicates("source").source) == ["matched", "reversed"] and "fd_infinity" in set(pts.metric)

@@ -411,3 +411,24 @@ def test_intervals_cover_a_true_zero_at_about_the_nominal_level(metric):
         above += r.low > 0
         below += r.high < 0
     assert 3 <= above + below <= 15
+
+
+def test_source_by_episode_is_pandas_pivot_and_refuses_duplicates():
+    """The per-group pivot (sources x episodes, NaN where a source has no row) is built with numpy instead of
+    pandas' pivot: the same sources, episodes and numbers, missing cells included."""
+    from wmeval.bootstrap.intervals import _source_by_episode
+
+    rng = np.random.default_rng(4)
+    rows = [(s, e) for s in ("b-model", "a-model", "c") for e in rng.permutation(30)[:20]]
+    g = pd.DataFrame({"source": [s for s, _ in rows], "episode": np.array([e for _, e in rows], dtype=np.int64),
+                      "value": rng.normal(size=len(rows)), "denominator": rng.integers(0, 3, len(rows)).astype(float)})
+    g.loc[3, "value"] = np.nan
+    num = g.pivot(index="source", columns="episode", values="value")
+    den = g.pivot(index="source", columns="episode", values="denominator").reindex_like(num)
+    sources, episodes, v, d = _source_by_episode(g)
+    assert sources == list(num.index) == ["a-model", "b-model", "c"]
+    np.testing.assert_array_equal(episodes, num.columns.to_numpy())
+    np.testing.assert_array_equal(v, num.to_numpy())
+    np.testing.assert_array_equal(d, den.to_numpy())
+    with pytest.raises(ValueError, match="duplicate"):
+        _source_by_episode(pd.concat([g, g.iloc[:1]]))

@@ -181,3 +181,22 @@ def test_counterfactual_arms_share_noise():
     noisy, _ = _layers(LeastSquaresPendulumModel("sin-features", stochastic=True, sigma=0.1))
     mean, _ = _layers(LeastSquaresPendulumModel("sin-features"))
     assert ratio(noisy, "action_sensitivity") == pytest.approx(ratio(mean, "action_sensitivity"), rel=1e-9)
+
+
+def test_dynamics_sources_in_forked_processes_are_the_serial_tables():
+    """With n_jobs > 1 each source's queries run in a forked process and are assembled in the serial order: the
+    same tables, the ground truth's planner rows included."""
+    from wmeval.models import LeastSquaresPendulumModel
+
+    world = PendulumWorld(frame_size=16)
+    models = {"lin": LeastSquaresPendulumModel("linear", world=world),
+              "gauss": LeastSquaresPendulumModel("sin-features", world=world, stochastic=True),
+              "tweak": Tweaked(action_scale=0.5)}
+    dyn = dataclasses.replace(DYN, n_episodes=10, horizon=6, control_steps=5, probe_horizon=10, n_plans=16)
+    serial, skipped = dynamics_tables(PEND, world, models, dyn, PROTO, progress=False)
+    forked, skipped2 = dynamics_tables(PEND, world, models, dyn, PROTO, progress=False, n_jobs=2)
+    assert list(serial) == list(forked) == ["ground_truth", "lin", "gauss", "tweak"] and skipped == skipped2
+    for name in serial:
+        assert serial[name].equals(forked[name]), name
+        assert serial[name].schema.metadata == forked[name].schema.metadata
+    assert forked["ground_truth"].num_rows > serial["lin"].num_rows        # the planner additions came back

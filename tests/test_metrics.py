@@ -92,6 +92,20 @@ def test_prdc_matches_the_prdc_package_and_is_chunk_invariant():
         M.prdc(x, y, k=300)
 
 
+def test_knn_radii_are_the_kth_of_every_pair_distance_bit_for_bit():
+    """The radii take the k-th smallest squared distance and its square root, instead of the square root of
+    every pair: the same number, bit for bit (the square root of clipped squares is monotone), duplicates and
+    ties included."""
+    rng = np.random.default_rng(8)
+    x = np.vstack([np.round(rng.normal(size=(150, 3)), 1), np.repeat(rng.normal(size=(20, 3)), 3, axis=0)])
+    sq = np.einsum("ij,ij->i", x, x)
+    every = np.sqrt(np.maximum(sq[:, None] + sq[None] - 2.0 * (x @ x.T), 0.0))
+    for k in (1, 3, 5):
+        want = np.sort(every, axis=1)[:, k]
+        for chunk in (7, 4096):
+            np.testing.assert_array_equal(M.real_radii(x, k=k, chunk=chunk), want)
+
+
 def test_prdc_with_precomputed_real_radii_is_the_same():
     """The statistics stage computes the real set's k-NN radii once per view and passes them to every model's
     PRDC: the rows are identical, and radii of the wrong set size are refused."""
@@ -363,3 +377,39 @@ _ACCEPT_PSNR = "(N, T, H_img, W, C) sequences or (N, H_img, W, C) images"
 def test_paired_shape_errors_name_argument_shape_and_accepted(call, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+def test_frechet_reference_leaves_out_constant_coordinates_exactly():
+    """Dead ReLU channels (a coordinate the reference never varies in) zero a row and column of its covariance:
+    Cholesky fails on the whole matrix, so the reference fell back to eigh. On the coordinates that vary it
+    factors, and the distance is the one the eigh square root of the whole matrix gives."""
+    rng = np.random.default_rng(11)
+    x = np.maximum(rng.normal(size=(500, 24)) @ rng.normal(size=(24, 24)), 0.0)
+    x[:, [0, 5, 6, 17]] = 0.0                                       # four dead channels
+    y = np.maximum(rng.normal(size=(400, 24)) @ rng.normal(size=(24, 24)), 0.0) * 1.3
+    y[:, [0, 9]] = 0.0                                              # dead in the other set too, elsewhere
+    a, b = M.gaussian_stats(x), M.gaussian_stats(y)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(a.sigma)
+    ref = M.FrechetReference(a.mu, a.sigma)
+    assert ref.factor == "cholesky" and ref.support.tolist() == [i for i in range(24) if i not in (0, 5, 6, 17)]
+    def fd_via_eigh(root, sigma_b):
+        return float(((a.mu - b.mu) ** 2).sum() + np.trace(a.sigma) + np.trace(b.sigma)
+                     - 2 * np.sum(np.sqrt(np.clip(np.linalg.eigvalsh(root.T @ sigma_b @ root), 0, None))))
+
+    # An independent route: tr((sqrt(S_a) S_b sqrt(S_a))^(1/2)) is the nuclear norm of A B^T for centred rows.
+    ca, cb = (x - a.mu) / np.sqrt(len(x) - 1), (y - b.mu) / np.sqrt(len(y) - 1)
+    exact = float(((a.mu - b.mu) ** 2).sum() + np.trace(a.sigma) + np.trace(b.sigma)
+                  - 2 * np.linalg.svd(ca @ cb.T, compute_uv=False).sum())
+    scale = np.trace(a.sigma) + np.trace(b.sigma)                  # the size of the terms FD is a difference of
+    assert ref.distance(b.mu, b.sigma) == pytest.approx(exact, abs=1e-13 * scale)
+    # The old path (eigh of the whole matrix) agrees to its own rounding (the square roots of rounding-level
+    # eigenvalues, sqrt(1e-16 * |S|) each, for the zero ones): 7e-9 relative here.
+    assert ref.distance(b.mu, b.sigma) == pytest.approx(fd_via_eigh(M.frechet._sqrtm_psd(a.sigma), b.sigma),
+                                                        rel=1e-7)
+    assert ref.distance(a.mu, a.sigma) == pytest.approx(0.0, abs=1e-9 * np.trace(a.sigma))
+    r = ref.sqrt_sigma
+    assert r.shape == (24, 24) and np.allclose(r @ r.T, a.sigma, atol=1e-10 * np.abs(a.sigma).max())
+    # A reference that never varies: no factor to take, the distance is the means' and the other trace.
+    flat = M.FrechetReference(np.ones(3), np.zeros((3, 3)))
+    assert flat.distance(np.zeros(3), np.eye(3)) == pytest.approx(6.0)

@@ -49,8 +49,30 @@ def test_record_outside_git_is_json_and_complete(tmp_path):
     hw = rec["hardware"]
     assert hw["cores"] >= 1 and hw["memory_bytes"] > 0 and hw["cpu"]
     det = rec["determinism"]
-    assert isinstance(det["torch_deterministic_algorithms"], bool) and det["torch_num_threads"] >= 1
     assert set(det["env"]) >= {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}
+
+
+def test_torch_fields_come_from_a_loaded_torch_only(monkeypatch):
+    """The report stage computes nothing with torch: its record neither imports torch (about 2 s) nor reports
+    torch's defaults as if they had produced a number; a process that loaded torch records its settings."""
+    import sys
+
+    import torch
+
+    from wmeval.lineage.provenance import TORCH_NOT_LOADED, determinism
+
+    det = determinism()
+    assert isinstance(det["torch_deterministic_algorithms"], bool) and det["torch_num_threads"] == torch.get_num_threads()
+    assert "torch_reason" not in det
+    monkeypatch.delitem(sys.modules, "torch")
+    det = determinism()
+    assert det["torch_deterministic_algorithms"] is None and det["torch_num_threads"] is None
+    assert det["torch_reason"] == TORCH_NOT_LOADED
+    assert "torch" not in sys.modules            # determinism() and hardware() did not import it
+    from wmeval.lineage.provenance import hardware
+
+    hardware()
+    assert "torch" not in sys.modules
 
 
 def test_params_argument_wins_and_missing_lock_is_none(tmp_path):
@@ -129,3 +151,19 @@ def test_gpu_name_when_cuda_is_available(monkeypatch):
     assert hardware()["gpu"] == "Fake GPU 80GB"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert hardware()["gpu"] is None
+
+
+def test_gpu_name_from_the_driver_without_torch(monkeypatch, tmp_path):
+    import sys
+
+    from wmeval.lineage import provenance
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    (tmp_path / "0000:c1:00.0").mkdir()
+    (tmp_path / "0000:c1:00.0" / "information").write_text(
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\nBus Type: \t PCIe\n")
+    monkeypatch.setattr(provenance, "NVIDIA_GPUS", tmp_path)
+    assert provenance.hardware()["gpu"] == "NVIDIA H100 80GB HBM3"
+    monkeypatch.setattr(provenance, "NVIDIA_GPUS", tmp_path / "absent")
+    assert provenance.hardware()["gpu"] is None
+    assert "torch" not in sys.modules

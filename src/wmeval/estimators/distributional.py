@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import warnings
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -363,6 +365,73 @@ def _prdc_episode_rows(world: str, src: str, view: str, ref: Side, side: Side, k
     return out
 
 
+class _ViewShared:
+    """What every source of one view is compared with: the reference's Frechet factors (pooled and per
+    stratum), KID's reference block sums and PRDC's real radii. Built once, by the first task that asks
+    (the others wait on the lock; its holder is running, so a pool of any size cannot deadlock on it)."""
+
+    def __init__(self, vs: ViewSets, cfg: Settings) -> None:
+        self.vs, self.cfg, self._lock, self._value = vs, cfg, threading.Lock(), None
+
+    def get(self) -> tuple:
+        with self._lock:
+            if self._value is None:
+                vs, cfg = self.vs, self.cfg
+                refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
+                n_cl = n_clusters_of(vs.reference, *vs.sources.values())
+                xx = KernelBlocks.self_blocks(vs.reference, n_cl)
+                radii = real_radii(vs.reference.x, k=cfg.prdc_k) if len(vs.reference.x) > cfg.prdc_k else None
+                self._value = (stratum_weights(vs, cfg.strata_weights), refs, n_cl, xx, radii)
+            return self._value
+
+
+def _source_points(world: str, view: str, vs: ViewSets, src: str, shared: _ViewShared,
+                   cfg: Settings) -> tuple[list[dict], list[pd.DataFrame]]:
+    side = vs.sources[src]
+    if len(side.x) < 2:
+        raise WmevalError(f"{world}/{src}: fewer than 2 open-loop embeddings in view {view!r}")
+    weights, refs, _, xx, radii = shared.get()
+    base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": vs.dim}
+    points = _fd_points(base, view, vs, side, refs, weights, cfg)
+    points.append(_kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src)))
+    eps = []
+    if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
+        eps = _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k, radii)
+    return points, eps
+
+
+def _infinity_points(world: str, view: str, vs: ViewSets, shared: _ViewShared,
+                     cfg: Settings) -> tuple[list[dict], list[pd.DataFrame]]:
+    n_cl = shared.get()[2]
+    return _fd_infinity_points({"world": world, "regime": "open_loop", "view": view, "dim": vs.dim},
+                               view, vs, n_cl, cfg), []
+
+
+def submit_point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings,
+                           pool: Executor | None = None) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame]]:
+    """:func:`point_estimates` as tasks on ``pool`` (one per view and source, and each view's FD-infinity),
+    returning the function that gathers them, in the serial order (the same rows, bit for bit). Without
+    ``pool``, the work is done here, now."""
+    tasks = []
+    for view, vs in sets.items():
+        shared = _ViewShared(vs, cfg)
+        tasks += [partial(_source_points, world, view, vs, src, shared, cfg) for src in sorted(vs.sources)]
+        tasks.append(partial(_infinity_points, world, view, vs, shared, cfg))
+    done = [pool.submit(t) for t in tasks] if pool is not None else [t() for t in tasks]
+
+    def gather() -> tuple[pd.DataFrame, pd.DataFrame]:
+        points, ep_rows = [], []
+        for part in done:
+            p, e = part.result() if pool is not None else part
+            points += p
+            ep_rows += e
+        pts = pd.DataFrame(points)
+        eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
+        return pts, eps
+
+    return gather
+
+
 def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     """FD (pooled, per stratum, stratified), KID and FD-infinity points; PRDC as per-episode rows.
 
@@ -370,26 +439,7 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
         ``(points, episode_rows)``: ``points`` one row per (source, metric, condition) with the
         sample counts and flags; ``episode_rows`` PRDC in the COLUMNS schema (shares per episode).
     """
-    points, ep_rows = [], []
-    for view, vs in sets.items():
-        weights = stratum_weights(vs, cfg.strata_weights)
-        refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
-        n_cl = n_clusters_of(vs.reference, *vs.sources.values())
-        xx = KernelBlocks.self_blocks(vs.reference, n_cl)
-        radii = real_radii(vs.reference.x, k=cfg.prdc_k) if len(vs.reference.x) > cfg.prdc_k else None
-        for src, side in sorted(vs.sources.items()):
-            if len(side.x) < 2:
-                raise WmevalError(f"{world}/{src}: fewer than 2 open-loop embeddings in view {view!r}")
-            base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": vs.dim}
-            points += _fd_points(base, view, vs, side, refs, weights, cfg)
-            points.append(_kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src)))
-            if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
-                ep_rows += _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k, radii)
-        points += _fd_infinity_points({"world": world, "regime": "open_loop", "view": view, "dim": vs.dim},
-                                      view, vs, n_cl, cfg)
-    pts = pd.DataFrame(points)
-    eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
-    return pts, eps
+    return submit_point_estimates(world, sets, cfg)()
 
 
 # ----------------------------------------------------------------------------- bootstrap replicates

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -184,35 +185,52 @@ def _memory_bytes() -> int | None:
     return None
 
 
-def hardware() -> dict[str, Any]:
-    """CPU model, logical cores (and those this process may use), memory, GPU name (``None`` without CUDA)."""
-    gpu = None
-    try:
-        import torch
+#: Where the NVIDIA driver lists each GPU it manages (Linux), one ``information`` file per device.
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+#: Why the torch fields are ``None``: importing torch (about 2 s) only to read its defaults in a process that
+#: computes nothing with it would describe no number.
+TORCH_NOT_LOADED = ("torch is not loaded in this process (the report stage computes nothing with it); the "
+                    "encoder's precision is on the features' protocol card")
 
-        if torch.cuda.is_available():
-            gpu = torch.cuda.get_device_name(0)
-    except ImportError:
+
+def _gpu_name() -> str | None:
+    """The first GPU's name: from torch when this process has loaded it (what it computed on), else from the
+    NVIDIA driver's device records, without importing torch; ``None`` without either."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    try:
+        for info in sorted(NVIDIA_GPUS.glob("*/information")):
+            for line in info.read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "Model" and value.strip():
+                    return value.strip()
+    except OSError:
         pass
+    return None
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model, logical cores (and those this process may use), memory, GPU name (``None`` without one)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = None
     return {"cpu": _cpu_model(), "cores": os.cpu_count(), "cores_usable": usable, "memory_bytes": _memory_bytes(),
-            "gpu": gpu,
+            "gpu": _gpu_name(),
             "machine": platform.machine(), "system": platform.system(), "python": platform.python_version()}
 
 
 def determinism() -> dict[str, Any]:
-    """Torch's deterministic-algorithms flag and thread count, and the thread/determinism env vars."""
+    """The thread/determinism env vars, and torch's deterministic-algorithms flag and thread count when this
+    process has loaded torch (``None`` with ``torch_reason`` otherwise)."""
     out: dict[str, Any] = {"torch_deterministic_algorithms": None, "torch_num_threads": None}
-    try:
-        import torch
-
+    torch = sys.modules.get("torch")
+    if torch is not None:
         out["torch_deterministic_algorithms"] = bool(torch.are_deterministic_algorithms_enabled())
         out["torch_num_threads"] = int(torch.get_num_threads())
-    except ImportError:
-        pass
+    else:
+        out["torch_reason"] = TORCH_NOT_LOADED
     out["env"] = {k: os.environ.get(k) for k in DETERMINISM_ENV}
     return out
 

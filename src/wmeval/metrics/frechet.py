@@ -56,8 +56,17 @@ class FrechetReference:
     Comparing several models with one reference reuses the factor, so each further
     distance costs one matrix product pair and one symmetric eigenvalue solve.
 
+    Coordinates in which the reference does not vary (a zero diagonal entry of a PSD matrix
+    zeroes its row and column: dead ReLU channels of an encoder, for one) are left out of the
+    factor and of every compared covariance: with ``S1`` zero outside the coordinates ``K``,
+    the non-zero eigenvalues of ``S2 S1`` are those of ``S2[K, K] S1[K, K]``, exactly. The
+    factorisation and the eigenvalue solves then run on ``|K|`` coordinates (the default
+    pipeline's frame features keep 50-76 of 128), and a reference whose only singularity is
+    such coordinates gets its Cholesky factor instead of ``eigh``.
+
     Attributes:
         factor: ``"cholesky"`` or ``"eigh"``, which factorisation was used (for the protocol).
+        support: the indices ``K`` of the coordinates with non-zero reference variance.
     """
 
     def __init__(self, mu: np.ndarray, sigma: np.ndarray, *, rank_deficient: bool = False) -> None:
@@ -66,6 +75,11 @@ class FrechetReference:
         _check_moments(self.mu, self.sigma, "reference")
         self.trace = float(np.trace(self.sigma))
         sym = (self.sigma + self.sigma.T) / 2
+        d = sym.shape[0]
+        self.support = np.flatnonzero(np.diagonal(sym) > 0)
+        self._full = self.support.size == d
+        if not self._full:
+            sym = sym[np.ix_(self.support, self.support)]
         self.root, self.factor = None, "eigh"
         if not rank_deficient:
             try:
@@ -77,11 +91,17 @@ class FrechetReference:
 
     @property
     def sqrt_sigma(self) -> np.ndarray:
-        """A square root ``R`` of the reference covariance (``R R^T = sigma``)."""
-        return self.root
+        """A square root ``R`` ``(d, d)`` of the reference covariance (``R R^T = sigma``)."""
+        if self._full:
+            return self.root
+        out = np.zeros(self.sigma.shape)
+        out[np.ix_(self.support, self.support)] = self.root
+        return out
 
     def trace_sqrt(self, sigma: np.ndarray) -> float:
         """``tr((sqrt(sigma_ref) sigma sqrt(sigma_ref))^(1/2))``."""
+        if not self._full:
+            sigma = sigma[np.ix_(self.support, self.support)]
         if self.factor == "cholesky" and self.root.shape[0] >= 512:
             # Triangular products (BLAS trmm): half the flops of two dense products (slower below d ~ 512).
             from scipy.linalg import blas

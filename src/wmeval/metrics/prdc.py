@@ -10,10 +10,14 @@ def _kth_neighbour_radii(x: np.ndarray, k: int, chunk: int) -> np.ndarray:
     sq = np.einsum("ij,ij->i", x, x)
     out = np.empty(len(x))
     for i in range(0, len(x), chunk):
-        d2 = sq[i:i + chunk, None] + sq[None] - 2.0 * (x[i:i + chunk] @ x.T)
-        d = np.sqrt(np.maximum(d2, 0.0))
-        # Column k of the sorted row is the k-th neighbour: column 0 is the row itself (distance 0).
-        out[i:i + chunk] = np.partition(d, k, axis=1)[:, k]
+        d2 = sq[i:i + chunk, None] + sq[None]
+        g = x[i:i + chunk] @ x.T
+        g *= 2.0
+        d2 -= g                                    # the same operations, in place
+        # Column k of the sorted row is the k-th neighbour: column 0 is the row itself (distance 0). The
+        # square root of the clipped squares is monotone, so it is taken of the k-th value only: the same
+        # number as the k-th of the row's distances, bit for bit, without a square root per pair.
+        out[i:i + chunk] = np.sqrt(np.maximum(np.partition(d2, k, axis=1)[:, k], 0.0))
     return out
 
 
@@ -50,7 +54,11 @@ def prdc_rows(real_features: np.ndarray, fake_features: np.ndarray, *, k: int = 
     recall = np.zeros(len(x), dtype=bool)
     nearest_fake = np.full(len(x), np.inf)
     for j in range(0, len(y), chunk):
-        d = np.sqrt(np.maximum(sx[:, None] + sy[None, j:j + chunk] - 2.0 * (x @ y[j:j + chunk].T), 0.0))  # (n_r, c)
+        d = sx[:, None] + sy[None, j:j + chunk]                                                          # (n_r, c)
+        g = x @ y[j:j + chunk].T
+        g *= 2.0
+        d -= g
+        np.sqrt(np.maximum(d, 0.0, out=d), out=d)          # sqrt(max(sx + sy - 2 x.y, 0)), in place
         in_real[j:j + chunk] = np.sum(d < rr[:, None], axis=0)
         recall |= np.any(d < rf[None, j:j + chunk], axis=1)
         nearest_fake = np.minimum(nearest_fake, d.min(axis=1))

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from wmeval.core.config import DynamicsConfig, ProtocolConfig, WorldConfig
 from wmeval.core.digest import code_version
 from wmeval.core.errors import ModelOutputError
+from wmeval.core.parallel import can_fork, fork_map
 from wmeval.core.rng import make_rng
 from wmeval.models.base import History, Prediction, check_prediction, check_states
 from wmeval.rollouts.episodes import GROUND_TRUTH
@@ -468,14 +469,18 @@ def _rows_on_actors(wcfg: WorldConfig, models_cfg: dict[str, dict], names: list[
 
 def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn: DynamicsConfig,
                     protocol: ProtocolConfig, progress: bool = True, executor: Any = None,
-                    models_cfg: dict[str, dict] | None = None) -> tuple[dict[str, pa.Table], dict[str, str]]:
+                    models_cfg: dict[str, dict] | None = None,
+                    n_jobs: int = 1) -> tuple[dict[str, pa.Table], dict[str, str]]:
     """The dynamics tables ``{source: table}`` and ``{model: reason}`` for models left out.
 
     A world that cannot run them (see :func:`not_applicable`) gets one empty ground-truth table whose
     metadata says why, so that every later stage and the scorecard say "not applicable" instead of nothing.
     With ``executor`` (Ray) and ``models_cfg``, each model's queries run on its own actor
     (:class:`DynamicsActor`) and the rows are assembled in the order the stage makes them here: the same
-    tables. The control-based queries of an environment world (snapshots in this process) run here.
+    tables. With ``n_jobs`` > 1 (for worlds and models whose state a fork copies whole: the built-in ones),
+    each source's queries run in a forked process (:func:`~wmeval.core.parallel.fork_map`), assembled the
+    same way: the same tables. The control-based queries of an environment world (snapshots in this
+    process) run here.
     """
     why = not_applicable(world)
     if why is None and hasattr(world, "observe"):
@@ -501,6 +506,18 @@ def dynamics_tables(wcfg: WorldConfig, world: World, models: dict[str, Any], dyn
                 truth_rows, rows = done[name]
                 q.blocks[GROUND_TRUTH].extend(truth_rows)
                 q.blocks[name].extend(rows)
+        elif n_jobs > 1 and can_fork() and len(predictors) > 1:
+            def source(name: str) -> dict[str, list[pa.Table]]:
+                # Each source's rows and its additions to the ground truth's, from the same seeded streams.
+                one = _Queries(world, dyn, s0, plans, m, predictors[GROUND_TRUTH], {GROUND_TRUTH: [], name: []},
+                               _NoBar())
+                _source_rows(one, name, predictors[name], m, protocol)
+                return one.blocks
+
+            names = list(predictors)
+            for blocks in fork_map(source, names, n_jobs, progress=lambda k: bar.update(k * per_source)):
+                for key, parts in blocks.items():       # the order the loop below appends them in
+                    q.blocks[key].extend(parts)
         else:
             for name, pred in predictors.items():
                 _source_rows(q, name, pred, m, protocol)
