@@ -241,7 +241,49 @@ def test_point_estimates_on_a_pool_are_the_serial_rows():
     pts, eps = point_estimates("toy", sets, cfg)
     with ThreadPoolExecutor(max_workers=3) as pool:
         gather = submit_point_estimates("toy", sets, cfg, pool)
-        pts2, eps2 = gather()
+        pts2, eps2, kid = gather()
     pd.testing.assert_frame_equal(pts, pts2)
     pd.testing.assert_frame_equal(eps, eps2)
     assert list(pts.drop_duplicates("source").source) == ["matched", "reversed"] and "fd_infinity" in set(pts.metric)
+    assert [(r["view"], r["source"], r["block"]) for r in kid][:3] == [("frame", "matched", b) for b in ("xx", "yy", "xy")]
+
+
+def test_kid_replicates_from_the_stored_block_sums_are_the_built_ones_and_refuse_other_rows():
+    """The statistics stage stores KID's block sums; the bootstrap resamples them instead of building them again:
+    the same replicates, bit for bit, with the sums padded to the bootstrap's episode count. Sums built from other
+    rows than the bootstrap reads are refused, naming the file, world, view, source and block."""
+    import dataclasses
+
+    from wmeval.estimators.distributional import KID_BLOCKS_FILE, kid_blocks_table, stored_kid_blocks, \
+        submit_point_estimates
+
+    rng = np.random.default_rng(9)
+    vs = _toy(rng, n_eps=10, rows=5)
+    sets = {"frame": vs}
+    _, _, rows = submit_point_estimates("toy", sets, Settings.defaults())()
+    table = kid_blocks_table(rows)
+    assert set(table.column("block").to_pylist()) == {"xx", "yy", "xy"} and table.num_rows == 3 * len(vs.sources)
+
+    def kid(n, stored):
+        counts = np.random.default_rng(10).multinomial(n, np.full(n, 1 / n), size=20)
+        return next(r for r in replicates(sets, counts, Settings.defaults(), n_jobs=1, kid_blocks=stored)
+                    if r.metric == "kid")
+
+    stored = stored_kid_blocks(table, "toy", sets, 10, KID_BLOCKS_FILE)
+    assert set(stored) == {("frame", "matched"), ("frame", "reversed")}
+    built, read = kid(10, None), kid(10, stored)
+    np.testing.assert_array_equal(built.values, read.values)
+    np.testing.assert_array_equal(built.extra["scale"], read.extra["scale"])
+    # Two more episodes in the resampling than have rows: zero blocks for them (the sums agree to rounding: the
+    # kernel's one-hot products run at another width).
+    padded = stored_kid_blocks(table, "toy", sets, 12, KID_BLOCKS_FILE)
+    assert padded["frame", "matched"][0].shape == (12, 12) and not padded["frame", "matched"][0][10:].any()
+    np.testing.assert_allclose(kid(12, padded).values, kid(12, None).values, rtol=1e-12, atol=1e-15)
+    assert stored_kid_blocks(table, "other-world", sets, 10, KID_BLOCKS_FILE) == {}  # none stored: built here
+    moved = Side(vs.sources["reversed"].x + 1e-9, vs.sources["reversed"].episode, vs.sources["reversed"].stratum)
+    changed = {"frame": dataclasses.replace(vs, sources={**vs.sources, "reversed": moved})}
+    with pytest.raises(WmevalError, match=r"kid_blocks.parquet: KID block 'yy' of toy/frame/reversed was summed "
+                                          r"over other rows"):
+        stored_kid_blocks(table, "toy", changed, 10, "data/stats/kid_blocks.parquet")
+    with pytest.raises(WmevalError, match="clusters 10 vs 8"):
+        stored_kid_blocks(table, "toy", sets, 8, KID_BLOCKS_FILE)

@@ -410,6 +410,14 @@ def test_frechet_reference_leaves_out_constant_coordinates_exactly():
     assert ref.distance(a.mu, a.sigma) == pytest.approx(0.0, abs=1e-9 * np.trace(a.sigma))
     r = ref.sqrt_sigma
     assert r.shape == (24, 24) and np.allclose(r @ r.T, a.sigma, atol=1e-10 * np.abs(a.sigma).max())
+    # A coordinate constant at a non-zero value, through sum(x^2) - n mu^2 (the bootstrap's per-episode moments),
+    # comes out as rounding of either sign: it leaves the factor too.
+    x2 = np.hstack([x, np.full((len(x), 1), 0.7)])
+    n, mu = len(x2), x2.mean(axis=0)
+    noisy = (x2.T @ x2 - n * np.outer(mu, mu)) / (n - 1)
+    assert noisy[24, 24] > 0.0                                      # rounding above 0: kept by a test "> 0"
+    ref2 = M.FrechetReference(mu, noisy)
+    assert ref2.factor == "cholesky" and 24 not in ref2.support and ref2.support.size == 20
     # A reference that never varies: no factor to take, the distance is the means' and the other trace.
     flat = M.FrechetReference(np.ones(3), np.zeros((3, 3)))
     assert flat.distance(np.zeros(3), np.eye(3)) == pytest.approx(6.0)

@@ -28,9 +28,11 @@ from wmeval.core.execution import executor_for
 from wmeval.core.rng import make_rng
 from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.estimators.distributional import (
+    KID_BLOCKS_FILE,
     Settings,
     fd_infinity_replicates,
     replicates,
+    stored_kid_blocks,
     view_sets,
 )
 from wmeval.estimators.resample import (
@@ -160,6 +162,8 @@ def _source_by_episode(g: pd.DataFrame) -> tuple[list, np.ndarray, np.ndarray, n
         ValueError: a (source, episode) pair has more than one row (as pivot does).
     """
     src_codes, sources = pd.factorize(g["source"], sort=True)
+    if (src_codes < 0).any():
+        raise ValueError("a row has no source (NaN)")
     ep = g["episode"].to_numpy()
     episodes = np.unique(ep)
     ep_codes = np.searchsorted(episodes, ep)
@@ -308,6 +312,8 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
     executor = executor_for(params.execution)     # None: threads here; Ray: tasks on the cluster, same bits
     B = boot.n_resamples_distributional
     B_inf = min(boot.n_resamples_fd_infinity, B)      # the first B_inf of the same resamplings
+    # KID's block sums as the statistics stage built them (each checked against the rows read here).
+    kid_table = pq.read_table(stats / KID_BLOCKS_FILE)
     rows = []
     for world, wp in protocol["worlds"].items():
         wpts = pts[pts.world == world]
@@ -317,9 +323,11 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
         counts = counts_for(world, "observation", B)
         n_jack = len(jackknife_counts(np.zeros(counts.shape[1])))
         n_jack += 1 if n_jack else 0                  # the jackknife's rows and its all-episodes row
+        kid = stored_kid_blocks(kid_table, world, sets, counts.shape[1], str(stats / KID_BLOCKS_FILE))
         with tqdm(total=(B + B_inf + n_jack) * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False,
                   mininterval=5) as bar:
-            reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar, executor=executor)
+            reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar, executor=executor,
+                              kid_blocks=kid)
             inf_reps = (fd_infinity_replicates(sets, counts[:B_inf], settings, n_jobs=boot.n_jobs or None,
                                                progress=bar, executor=executor)
                         if (wpts.metric == "fd_infinity").any() else [])

@@ -194,8 +194,9 @@ TORCH_NOT_LOADED = ("torch is not loaded in this process (the report stage compu
 
 
 def _gpu_name() -> str | None:
-    """The first GPU's name: from torch when this process has loaded it (what it computed on), else from the
-    NVIDIA driver's device records, without importing torch; ``None`` without either."""
+    """The first GPU's name: from torch when this process has loaded it (the device it would compute on), else
+    the machine's first GPU in the NVIDIA driver's device records (``CUDA_VISIBLE_DEVICES`` does not apply to
+    them), without importing torch; ``None`` without either."""
     torch = sys.modules.get("torch")
     if torch is not None:
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

@@ -57,7 +57,8 @@ class FrechetReference:
     distance costs one matrix product pair and one symmetric eigenvalue solve.
 
     Coordinates in which the reference does not vary (a zero diagonal entry of a PSD matrix
-    zeroes its row and column: dead ReLU channels of an encoder, for one) are left out of the
+    zeroes its row and column: dead ReLU channels of an encoder, for one; a variance below
+    ``64 eps mu^2``, the rounding of a constant non-zero coordinate's, counts as zero) are left out of the
     factor and of every compared covariance: with ``S1`` zero outside the coordinates ``K``,
     the non-zero eigenvalues of ``S2 S1`` are those of ``S2[K, K] S1[K, K]``, exactly. The
     factorisation and the eigenvalue solves then run on ``|K|`` coordinates (the default
@@ -76,7 +77,9 @@ class FrechetReference:
         self.trace = float(np.trace(self.sigma))
         sym = (self.sigma + self.sigma.T) / 2
         d = sym.shape[0]
-        self.support = np.flatnonzero(np.diagonal(sym) > 0)
+        # A variance within rounding of the cancellation in sum(x^2) - n mu^2 (a coordinate constant at a non-zero
+        # value, through per-episode moments) is 0 as well: a coefficient of variation below 1e-7 is not measured.
+        self.support = np.flatnonzero(np.diagonal(sym) > 64 * np.finfo(np.float64).eps * self.mu ** 2)
         self._full = self.support.size == d
         if not self._full:
             sym = sym[np.ix_(self.support, self.support)]

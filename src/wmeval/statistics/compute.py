@@ -20,7 +20,13 @@ from wmeval.core.errors import WmevalError
 from wmeval.core.parallel import fork_map, usable_cores
 from wmeval.core.stale import check_made_with, encoder_config
 from wmeval.encoders.lpips_backbone import load_lpips
-from wmeval.estimators.distributional import Settings, submit_point_estimates, view_sets
+from wmeval.estimators.distributional import (
+    KID_BLOCKS_FILE,
+    Settings,
+    kid_blocks_table,
+    submit_point_estimates,
+    view_sets,
+)
 from wmeval.metrics import PSNR_CAP_DB, REGISTRY
 from wmeval.statistics.dynamics_layers import (
     dynamics_contributions,
@@ -71,6 +77,7 @@ class WorldRows:
     episodes: list[pd.DataFrame] = field(default_factory=list)        # per episode, LONG_COLUMNS
     curves: list[pd.DataFrame] = field(default_factory=list)          # per (episode, t), LONG_COLUMNS
     distributional: list[pd.DataFrame] = field(default_factory=list)  # point estimates
+    kid_blocks: list[dict] = field(default_factory=list)               # KID's block sums, for the bootstrap
     record: dict[str, Any] = field(default_factory=dict)
     encoder: dict[str, Any] | None = None
 
@@ -270,7 +277,7 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     with_state = [name for name, m in metas.items() if m["has_state"]]
     with_logp = [name for name, m in metas.items() if m.get("has_logp")]
     if model_embs:
-        pts, prdc_eps = points()
+        pts, prdc_eps, out.kid_blocks = points()
         out.distributional.append(pts)
         out.episodes.append(prdc_eps)
     dyn_meta = _dynamics_rows(out, w, rollouts, list(entries))
@@ -367,7 +374,8 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
             return world_rows(params, world, rollouts, features, lpips_model, points if cores > 1 else None)
 
     forked = dict(zip(threaded, fork_map(one, threaded, n_jobs=min(len(threaded), cores))))
-    rows = {world: forked[world] if world in forked else one(world) for world in params.worlds}
+    rows = {world: forked[world] if world in forked else world_rows(params, world, rollouts, features, lpips_model)
+            for world in params.worlds}
     tables = _long_tables(list(rows.values()))
     write_table(pa.Table.from_pandas(tables.pop("contributions"), preserve_index=False), out / "contributions.parquet")
     for name, d in tables.items():
@@ -380,5 +388,6 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
     points = [p for r in rows.values() for p in r.distributional]
     dist = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
     write_table(pa.Table.from_pandas(dist, preserve_index=False), out / "distributional.parquet")
+    write_table(kid_blocks_table([b for r in rows.values() for b in r.kid_blocks]), out / KID_BLOCKS_FILE)
     record = _protocol_record(rows, sc, lpips_record)
     (out / "protocol.json").write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
