@@ -209,6 +209,48 @@ def test_fork_map_keeps_item_order_and_equals_the_serial_map():
     assert sum(done) == len(items)
 
 
+def test_fork_map_workers_die_with_a_killed_parent(tmp_path):
+    """A stage killed mid-run (SIGKILL, OOM) must not leave its forked workers behind, each blocked on a queue
+    nobody writes to: they used to outlive the reliability tests' killed bootstrap."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "pids"
+    script = f"""
+import os, time
+from wmeval.core.parallel import fork_map
+def fn(i):
+    with open({str(pids)!r}, "a") as f:
+        f.write(str(os.getpid()) + "\\n")
+    time.sleep(60)
+fork_map(fn, list(range(4)), n_jobs=2)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.time() + 30
+    while not (pids.exists() and len(set(pids.read_text().split())) >= 2):
+        assert time.time() < deadline and parent.poll() is None, "the workers did not start"
+        time.sleep(0.1)
+    workers = [int(x) for x in set(pids.read_text().split())]
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"                # a zombie is gone, waiting to be reaped
+
+    deadline = time.time() + 10
+    while any(alive(w) for w in workers):
+        assert time.time() < deadline, f"workers {workers} outlived their killed parent"
+        time.sleep(0.1)
+
+
 def test_deferred_figures_nest_and_restore_the_outer_context():
     """An inner deferred_figures (a report inside a report) renders its own figures; the outer one still holds and
     renders its own, before and after the inner block."""

@@ -24,6 +24,20 @@ _FN: Callable | None = None
 _LOCK = threading.Lock()
 
 
+def _die_with_parent(parent: int) -> None:
+    """A worker's initializer: ask Linux to SIGKILL this worker when its parent dies (a stage killed mid-run
+    left its workers behind, each blocked on a queue nobody writes to), and exit now if it already has."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _chunk(items: Sequence) -> list:
     with threadpool_limits(limits=1):
         return [_FN(x) for x in items]
@@ -56,7 +70,8 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence, n_jobs: int | None = Non
         _FN = fn
         try:
             with ProcessPoolExecutor(max_workers=min(n_jobs, len(chunks)),
-                                     mp_context=multiprocessing.get_context("fork")) as pool:
+                                     mp_context=multiprocessing.get_context("fork"),
+                                     initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
                 for part in pool.map(_chunk, chunks):
                     out.extend(part)
                     if progress is not None:
