@@ -202,6 +202,20 @@ def test_statistics_read_in_episode_windows_change_no_value(tmp_path, tiny_param
             a, b = (x.sort_values(key, kind="stable").reset_index(drop=True) for x in (a, b))
             pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert set(whole[0].episode) == set(range(n))
+    # The stage splits the built-in worlds into frame and point parts in forked processes: the same files, byte
+    # for byte, as each world's rows made one after another by world_rows.
+    from wmeval.statistics import compute
+
+    (tmp_path / "forked").mkdir()
+    (tmp_path / "serial").mkdir()
+    compute.compute_statistics(p, rollouts, features, tmp_path / "forked")
+    with monkeypatch.context() as m:            # every world through world_rows, one after another, here
+        m.setattr(compute, "BUILTIN_WORLDS", set())
+        compute.compute_statistics(p, rollouts, features, tmp_path / "serial")
+    files = sorted(f.name for f in (tmp_path / "serial").iterdir())
+    assert "kid_blocks.parquet" in files and files == sorted(f.name for f in (tmp_path / "forked").iterdir())
+    for name in files:
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes(), name
     # A block missing for a whole window is named, never skipped for those episodes.
     import pyarrow.compute as pc
 

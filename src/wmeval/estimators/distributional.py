@@ -479,30 +479,39 @@ def _infinity_points(world: str, view: str, vs: ViewSets, shared: _ViewShared,
                                view, vs, n_cl, cfg), [], []
 
 
-def submit_point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings, pool: Executor | None = None
-                           ) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame, list[dict]]]:
-    """:func:`point_estimates` as tasks on ``pool`` (one per view and source, and each view's FD-infinity),
-    returning the function that gathers them, in the serial order (the same rows, bit for bit), with KID's
-    block sums (:func:`kid_block_rows`, for the bootstrap). Without ``pool``, the work is done here, now."""
-    tasks = []
+def point_tasks(world: str, sets: dict[str, ViewSets], cfg: Settings) -> list[Callable[[], tuple]]:
+    """:func:`point_estimates`' work as independent tasks in the serial order: one per view and source (FD, KID,
+    PRDC) and each view's FD-infinity, each returning its raw ``(points, episode_rows, kid_block_rows)``; a view's
+    shared reference factors are built once, by whichever of its tasks runs first. :func:`gather_points` turns
+    their results, in this order, into the serial tables."""
+    tasks: list[Callable[[], tuple]] = []
     for view, vs in sets.items():
         shared = _ViewShared(vs, cfg)
         tasks += [partial(_source_points, world, view, vs, src, shared, cfg) for src in sorted(vs.sources)]
         tasks.append(partial(_infinity_points, world, view, vs, shared, cfg))
+    return tasks
+
+
+def gather_points(parts: Iterable[tuple]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    """The point and PRDC tables and KID's block rows from :func:`point_tasks`' results, in task order."""
+    points, ep_rows, kid = [], [], []
+    for p, e, k in parts:
+        points += p
+        ep_rows += e
+        kid += k
+    pts = pd.DataFrame(points)
+    eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
+    return pts, eps, kid
+
+
+def submit_point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings, pool: Executor | None = None
+                           ) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame, list[dict]]]:
+    """:func:`point_tasks` on ``pool`` (threads), returning the function that gathers them (:func:`gather_points`:
+    the same rows as the serial run, bit for bit), with KID's block sums (:func:`kid_block_rows`, for the
+    bootstrap). Without ``pool``, the work is done here, now."""
+    tasks = point_tasks(world, sets, cfg)
     done = [pool.submit(t) for t in tasks] if pool is not None else [t() for t in tasks]
-
-    def gather() -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-        points, ep_rows, kid = [], [], []
-        for part in done:
-            p, e, k = part.result() if pool is not None else part
-            points += p
-            ep_rows += e
-            kid += k
-        pts = pd.DataFrame(points)
-        eps = pd.concat(ep_rows, ignore_index=True)[COLUMNS] if ep_rows else pd.DataFrame(columns=COLUMNS)
-        return pts, eps, kid
-
-    return gather
+    return lambda: gather_points(part.result() if pool is not None else part for part in done)
 
 
 def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from wmeval.encoders.lpips_backbone import load_lpips
 from wmeval.estimators.distributional import (
     KID_BLOCKS_FILE,
     Settings,
+    gather_points,
     kid_blocks_table,
-    submit_point_estimates,
+    point_tasks,
     view_sets,
 )
 from wmeval.metrics import PSNR_CAP_DB, REGISTRY
@@ -223,17 +223,30 @@ def check_inputs(params: Params, world: str, rollouts: Path, features: Path) -> 
                                        params.encoder.precision), "encoder")
 
 
-def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips_model: Any = None,
-               pool: Executor | None = None) -> WorldRows:
-    """Every metric's long rows for one world, from its rollout and feature tables.
+@dataclass
+class _WorldInputs:
+    """What one world's statistics read before scoring anything: its keys, embeddings, view sets and metadata."""
 
-    The frames are read one window of episodes at a time (:func:`~wmeval.tables.episode_windows`: the truth's
-    and every model's rows of a window together take at most ``WINDOW_BYTES``), so the working set does not
-    grow with the number of episodes; the embeddings and the other columns are small and read whole.
+    world: str
+    w: World
+    gt_path: Path
+    gt_meta: dict
+    truth_keys: pa.Table
+    encoder: dict
+    truth_emb_all: pa.Table
+    per_frame: bool
+    entries: dict
+    paths: dict[str, Path]
+    metas: dict[str, dict]
+    model_embs: dict[str, pa.Table]
+    pairs: list
+    layouts: dict
+    bins: list[float]
+    sets: dict
+    skipped_views: Any
 
-    ``pool``: the distributional point estimates (FD, KID, PRDC on the embeddings) run there while this thread
-    scores the frames (the two read nothing of each other's); without it, after the frames. The same rows
-    either way."""
+
+def _world_inputs(params: Params, world: str, rollouts: Path, features: Path) -> _WorldInputs:
     check_inputs(params, world, rollouts, features)
     H, N, sc = params.protocol.horizon, params.protocol.n_episodes, params.scoring
     w = build_world(world, dataclasses.asdict(params.worlds[world]))
@@ -244,10 +257,10 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     if versions is not None:  # an environment's frames depend on packages DVC does not track
         check_made_with(gt_path, gt_meta["world"].get("versions"), versions, f"the {world} world's packages")
     fe_dir = features / params.encoder.name / world
-    out = WorldRows(encoder=read_metadata(fe_dir / "ground_truth.parquet"))
+    encoder = read_metadata(fe_dir / "ground_truth.parquet")
     truth_emb_all = read_table(fe_dir / "ground_truth.parquet", columns=[*KEYS, "embedding"])
     # feature_mse is per frame: only for image encoders (a video encoder embeds clips).
-    per_frame = out.encoder["clip"] is None
+    per_frame = encoder["clip"] is None
     entries = params.models[world].entries if world in params.models else {}
     paths = {name: rollouts / world / f"{name}.parquet" for name in entries}
     metas = {name: read_metadata(p) for name, p in paths.items()}
@@ -259,33 +272,59 @@ def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips
     linked = {name: m.get("borrowed_episodes") for name, m in metas.items()}
     sets, skipped_views = view_sets(truth_keys, truth_emb_all, model_embs, sc.views, not per_frame,
                                     N, H, sc.strata, bins, str(fe_dir), linked)
-    # The point estimates go to ``pool`` now (done here, now, without one) and are gathered after the frames.
-    points = submit_point_estimates(world, sets, Settings.from_scoring(sc), pool) if model_embs else None
-    for lo, hi in episode_windows([gt_path, *paths.values()], N):
+    return _WorldInputs(world, w, gt_path, gt_meta, truth_keys, encoder, truth_emb_all, per_frame, entries, paths,
+                        metas, model_embs, pairs, layouts, bins, sets, skipped_views)
+
+
+def _frame_rows(params: Params, inp: _WorldInputs, lpips_model: Any = None) -> WorldRows:
+    """The frame-level rows (every paired, sample and counterfactual metric), one window of episodes at a time."""
+    H, N = params.protocol.horizon, params.protocol.n_episodes
+    out = WorldRows(encoder=inp.encoder)
+    gt_path = inp.gt_path
+    for lo, hi in episode_windows([gt_path, *inp.paths.values()], N):
         truth = read_episodes(gt_path, lo, hi)
-        check_window(gt_path, truth, layouts[gt_path], lo, hi)
-        truth_emb = _window(truth_emb_all, lo, hi) if per_frame else None
-        out.contributions.append(_at(truth_diversity(world, truth, hi - lo, H, str(gt_path)), lo))
-        for name, path in paths.items():
+        check_window(gt_path, truth, inp.layouts[gt_path], lo, hi)
+        truth_emb = _window(inp.truth_emb_all, lo, hi) if inp.per_frame else None
+        out.contributions.append(_at(truth_diversity(inp.world, truth, hi - lo, H, str(gt_path)), lo))
+        for name, path in inp.paths.items():
             table = read_episodes(path, lo, hi)
-            check_window(path, table, layouts[path], lo, hi)
-            _model_rows(out, w, name, table, truth, truth_emb, _window(model_embs[name], lo, hi),
-                        H, pairs, lo, hi - lo, str(path), lpips_model)
+            check_window(path, table, inp.layouts[path], lo, hi)
+            _model_rows(out, inp.w, name, table, truth, truth_emb, _window(inp.model_embs[name], lo, hi),
+                        H, inp.pairs, lo, hi - lo, str(path), lpips_model)
             del table
         del truth
+    return out
+
+
+def _finish(params: Params, inp: _WorldInputs, rollouts: Path, out: WorldRows, points: list[tuple]) -> WorldRows:
+    """``out`` (the frame rows) completed: the distributional points (:func:`point_tasks`' results, in order),
+    the dynamics layers and the world's protocol record."""
+    metas = inp.metas
     models = {name: m["num_samples"] for name, m in metas.items()}
     with_state = [name for name, m in metas.items() if m["has_state"]]
     with_logp = [name for name, m in metas.items() if m.get("has_logp")]
-    if model_embs:
-        pts, prdc_eps, out.kid_blocks = points()
+    if inp.model_embs:
+        pts, prdc_eps, out.kid_blocks = gather_points(points)
         out.distributional.append(pts)
         out.episodes.append(prdc_eps)
-    dyn_meta = _dynamics_rows(out, w, rollouts, list(entries))
-    out.record = _world_record(params, w, pq.read_schema(gt_path).field("frame").type.shape, gt_meta, dyn_meta,
-                               models, with_state, with_logp, sets, skipped_views)
-    out.record["distributional"]["action_bins"] = bins
-    out.record["counterfactual_pairs"] = [list(p) for p in pairs]
+    dyn_meta = _dynamics_rows(out, inp.w, rollouts, list(inp.entries))
+    out.record = _world_record(params, inp.w, pq.read_schema(inp.gt_path).field("frame").type.shape, inp.gt_meta,
+                               dyn_meta, models, with_state, with_logp, inp.sets, inp.skipped_views)
+    out.record["distributional"]["action_bins"] = inp.bins
+    out.record["counterfactual_pairs"] = [list(p) for p in inp.pairs]
     return out
+
+
+def world_rows(params: Params, world: str, rollouts: Path, features: Path, lpips_model: Any = None) -> WorldRows:
+    """Every metric's long rows for one world, from its rollout and feature tables.
+
+    The frames are read one window of episodes at a time (:func:`~wmeval.tables.episode_windows`: the truth's
+    and every model's rows of a window together take at most ``WINDOW_BYTES``), so the working set does not
+    grow with the number of episodes; the embeddings and the other columns are small and read whole."""
+    inp = _world_inputs(params, world, rollouts, features)
+    out = _frame_rows(params, inp, lpips_model)
+    tasks = point_tasks(world, inp.sets, Settings.from_scoring(params.scoring)) if inp.model_embs else []
+    return _finish(params, inp, rollouts, out, [t() for t in tasks])
 
 
 def _nonempty(parts: list[pd.DataFrame]) -> list[pd.DataFrame]:
@@ -359,23 +398,39 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
     sc = params.scoring
     lpips_model, lpips_record = (None, None) if sc.lpips is None else load_lpips(
         sc.lpips, directory=params.encoder.weights_dir)
-    # The built-in simulated worlds are independent, pure numpy: each in its own forked process (threads of one
-    # process waited for the GIL: 16.0 s against 13 s), gathered in the config's order, so the tables are the same
-    # bytes as one world after another. In each, the distributional point estimates (FD, KID, PRDC on the
-    # embeddings) run on threads beside the frame scoring, with single-threaded BLAS (several threads each calling
-    # a threaded BLAS oversubscribe the cores and queue on its thread pool). Environments (their renderers start
-    # when built), datasets, user worlds and a shared LPIPS module: one world after another, here, afterwards.
+    # The built-in simulated worlds are independent, pure numpy, and their work splits in two that read nothing of
+    # each other's: the frame scoring, and the distributional point estimates (FD, KID, PRDC on the embeddings, per
+    # view and model). Those parts run in forked processes, the largest first (blobs: 8.5 s frames, 8.5 s points;
+    # the pendulum 5.9 s and 2.4 s), and are assembled in the serial order: the same bytes as one world after
+    # another (threads of one process waited for the GIL). Environments (their renderers start when built),
+    # datasets, user worlds and a shared LPIPS module: one world after another, here, afterwards. Everything with
+    # single-threaded BLAS: a threaded X^T X splits its sum over rows by the thread count, and FD's square roots
+    # of near-zero eigenvalues turn those last bits into 1e-9 (measured on the tiny config's blob transitions),
+    # so the bits would depend on the machine's cores.
     threaded = [w for w in params.worlds if params.worlds[w].kind in BUILTIN_WORLDS and lpips_model is None]
-    cores = usable_cores()
+    inputs = {world: _world_inputs(params, world, rollouts, features) for world in threaded}
+    cfg = Settings.from_scoring(params.scoring)
+    tasks = {world: {view: point_tasks(world, {view: inp.sets[view]}, cfg) for view in inp.sets}
+             if inp.model_embs else {} for world, inp in inputs.items()}
+    # Dispatched largest world first (the frames, then the points), so that the long parts start early.
+    size = {world: len(inp.truth_emb_all) * (1 + len(inp.model_embs)) for world, inp in inputs.items()}
+    order = sorted(threaded, key=lambda world: -size[world])
+    parts = [(world, "frames", None, 0) for world in order] + \
+        [(world, "points", view, i) for world in order for view in tasks[world] for i in range(len(tasks[world][view]))]
 
-    def one(world: str) -> WorldRows:
-        with ThreadPoolExecutor(max_workers=cores) as points, \
-                threadpool_limits(limits=1 if cores > 1 else None, user_api="blas"):
-            return world_rows(params, world, rollouts, features, lpips_model, points if cores > 1 else None)
+    def part(item: tuple[str, str, str | None, int]) -> Any:
+        world, kind, view, i = item
+        return _frame_rows(params, inputs[world]) if kind == "frames" else tasks[world][view][i]()
 
-    forked = dict(zip(threaded, fork_map(one, threaded, n_jobs=min(len(threaded), cores))))
-    rows = {world: forked[world] if world in forked else world_rows(params, world, rollouts, features, lpips_model)
-            for world in params.worlds}
+    done = dict(zip(parts, fork_map(part, parts, n_jobs=min(len(parts), usable_cores()))))
+    rows = {}
+    for world in params.worlds:
+        if world in inputs:
+            points = [done[world, "points", view, i] for view in tasks[world] for i in range(len(tasks[world][view]))]
+            rows[world] = _finish(params, inputs[world], rollouts, done[world, "frames", None, 0], points)
+        else:
+            with threadpool_limits(limits=1, user_api="blas"):      # the forked parts' BLAS: the same bits anywhere
+                rows[world] = world_rows(params, world, rollouts, features, lpips_model)
     tables = _long_tables(list(rows.values()))
     write_table(pa.Table.from_pandas(tables.pop("contributions"), preserve_index=False), out / "contributions.parquet")
     for name, d in tables.items():
