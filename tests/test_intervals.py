@@ -432,3 +432,14 @@ def test_source_by_episode_is_pandas_pivot_and_refuses_duplicates():
     np.testing.assert_array_equal(d, den.to_numpy())
     with pytest.raises(ValueError, match="duplicate"):
         _source_by_episode(pd.concat([g, g.iloc[:1]]))
+
+
+def test_bootstrap_refuses_statistics_without_kid_block_sums(tmp_path, tiny_params):
+    """Statistics made before KID's block sums were stored: the bootstrap names the missing file and says what to
+    run, instead of a bare FileNotFoundError."""
+    from wmeval.bootstrap.intervals import distributional_rows
+    from wmeval.core.errors import WmevalError
+
+    pd.DataFrame({"world": ["blobs"], "metric": ["kid"], "value": [0.0]}).to_parquet(tmp_path / "distributional.parquet")
+    with pytest.raises(WmevalError, match=r"kid_blocks.parquet: missing .* run `dvc repro`"):
+        distributional_rows(tiny_params, tmp_path, tmp_path, tmp_path, {"worlds": {}}, None, {})

@@ -313,6 +313,9 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
     B = boot.n_resamples_distributional
     B_inf = min(boot.n_resamples_fd_infinity, B)      # the first B_inf of the same resamplings
     # KID's block sums as the statistics stage built them (each checked against the rows read here).
+    if not (stats / KID_BLOCKS_FILE).exists():
+        raise WmevalError(f"{stats / KID_BLOCKS_FILE}: missing (statistics made by an older wmeval, which did not store "
+                          "KID's block sums); run `dvc repro` to rebuild the statistics")
     kid_table = pq.read_table(stats / KID_BLOCKS_FILE)
     rows = []
     for world, wp in protocol["worlds"].items():

@@ -377,6 +377,7 @@ KID_BLOCKS_FILE = "kid_blocks.parquet"
 def rows_digest(side: Side) -> str:
     """A digest of a side's rows and their episodes (what KID's block sums were built from)."""
     h = hashlib.blake2b(digest_size=16)
+    h.update(repr(np.shape(side.x)).encode())
     h.update(np.ascontiguousarray(side.x, dtype=np.float64).tobytes())
     h.update(np.ascontiguousarray(side.episode, dtype=np.int64).tobytes())
     return h.hexdigest()
