@@ -228,20 +228,18 @@ def test_distribution_bootstrap_keeps_the_interval_when_one_side_lacks_an_episod
     assert np.isfinite(r.low) and np.isfinite(r.high) and r.low < r.point < r.high and r.n_clusters == 16
 
 
-def test_point_estimates_on_a_pool_are_the_serial_rows():
-    """The statistics stage runs each (view, source)'s FD, KID and PRDC and each view's FD-infinity as tasks
-    beside its frame scoring: gathered, they are the serial rows, in the serial order, bit for bit."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from wmeval.estimators.distributional import submit_point_estimates
+def test_point_tasks_in_any_order_give_the_serial_rows():
+    """The statistics stage runs each (view, source)'s FD, KID and PRDC and each view's FD-infinity as separate
+    tasks (in forked processes, in any order): gathered in task order, they are the serial rows, bit for bit."""
+    from wmeval.estimators.distributional import gather_points, point_tasks
 
     rng = np.random.default_rng(6)
     sets = {"frame": _toy(rng, n_eps=12, rows=8), "transition": _toy(rng, n_eps=12, rows=8, d=4)}
     cfg = Settings.defaults(min_stratum_count=10)
     pts, eps = point_estimates("toy", sets, cfg)
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        gather = submit_point_estimates("toy", sets, cfg, pool)
-        pts2, eps2, kid = gather()
+    tasks = point_tasks("toy", sets, cfg)
+    done = {i: tasks[i]() for i in reversed(range(len(tasks)))}          # the last task first
+    pts2, eps2, kid = gather_points(done[i] for i in range(len(tasks)))
     pd.testing.assert_frame_equal(pts, pts2)
     pd.testing.assert_frame_equal(eps, eps2)
     assert list(pts.drop_duplicates("source").source) == ["matched", "reversed"] and "fd_infinity" in set(pts.metric)
@@ -254,13 +252,13 @@ def test_kid_replicates_from_the_stored_block_sums_are_the_built_ones_and_refuse
     rows than the bootstrap reads are refused, naming the file, world, view, source and block."""
     import dataclasses
 
-    from wmeval.estimators.distributional import KID_BLOCKS_FILE, kid_blocks_table, stored_kid_blocks, \
-        submit_point_estimates
+    from wmeval.estimators.distributional import KID_BLOCKS_FILE, gather_points, kid_blocks_table, point_tasks, \
+        stored_kid_blocks
 
     rng = np.random.default_rng(9)
     vs = _toy(rng, n_eps=10, rows=5)
     sets = {"frame": vs}
-    _, _, rows = submit_point_estimates("toy", sets, Settings.defaults())()
+    _, _, rows = gather_points(task() for task in point_tasks("toy", sets, Settings.defaults()))
     table = kid_blocks_table(rows)
     assert set(table.column("block").to_pylist()) == {"xx", "yy", "xy"} and table.num_rows == 3 * len(vs.sources)
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import threading
 import warnings
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -318,7 +317,7 @@ def n_clusters_of(*sides: Side) -> int:
 
 
 def _kid_point(base: dict, view: str, ref: Side, side: Side, cfg: Settings, xx: np.ndarray | None = None,
-               link: np.ndarray | None = None, blocks: list | None = None) -> dict:
+               link: np.ndarray | None = None) -> tuple[dict, KernelBlocks]:
     """KID: the episode-clustered U-statistic (pairs of rows from distinct episodes, :class:`KernelBlocks`),
     the estimate the bootstrap resamples; beside it the published subset convention (torch-fidelity),
     which also pairs rows of one episode, for comparison with published numbers only."""
@@ -326,8 +325,6 @@ def _kid_point(base: dict, view: str, ref: Side, side: Side, cfg: Settings, xx: 
     n_r, n_f = len(real), len(fake)
     n = xx.shape[0] if xx is not None else n_clusters_of(ref, side)
     kb = KernelBlocks.of(ref, side, n, xx, link)
-    if blocks is not None:
-        blocks.append(kb)
     value = kb.at(np.ones(n))
     if cfg.kid_subset_size >= max(n_r, n_f):
         k_pub, k_std, m, n_sub = kb.published(), 0.0, max(n_r, n_f), 1
@@ -336,7 +333,7 @@ def _kid_point(base: dict, view: str, ref: Side, side: Side, cfg: Settings, xx: 
         k_pub, k_std = kid(real, fake, num_subsets=n_sub, subset_size=m, seed=cfg.seed)
     return {**base, "metric": "kid", "condition": f"{view}:pooled", "stratum": "pooled", "value": value,
             "kid_published": k_pub, "kid_subset_std": k_std, "kid_subset_size": m, "kid_subsets": n_sub,
-            "n_real": n_r, "n_fake": n_f, "weight": 1.0, "below_min_count": False, "rank_deficient": False}
+            "n_real": n_r, "n_fake": n_f, "weight": 1.0, "below_min_count": False, "rank_deficient": False}, kb
 
 
 def _fd_infinity_points(base: dict, view: str, vs: ViewSets, n_eps: int, cfg: Settings) -> list[dict]:
@@ -389,9 +386,9 @@ def kid_block_rows(world: str, view: str, src: str, ref: Side, side: Side, kb: K
     the reference's own ``xx`` (the same for every source of a view: 8 KB at 32 episodes, kept per source so
     that each source's three blocks are read together)."""
     n, dr, ds = kb.xx.shape[0], rows_digest(ref), rows_digest(side)
-    row = lambda block, a, b, digest: {"world": world, "view": view, "source": src, "block": block, "n": n,
-                                       "rows_digest": digest, "sums": a.ravel().tolist()}
-    return [row("xx", kb.xx, None, dr), row("yy", kb.yy, None, ds), row("xy", kb.xy, None, dr + ds)]
+    row = lambda block, a, digest: {"world": world, "view": view, "source": src, "block": block, "n": n,
+                                    "rows_digest": digest, "sums": a.ravel().tolist()}
+    return [row("xx", kb.xx, dr), row("yy", kb.yy, ds), row("xy", kb.xy, dr + ds)]
 
 
 def kid_blocks_table(rows: list[dict]) -> pa.Table:
@@ -439,22 +436,21 @@ def stored_kid_blocks(table: pa.Table, world: str, sets: dict[str, ViewSets], n:
 
 class _ViewShared:
     """What every source of one view is compared with: the reference's Frechet factors (pooled and per
-    stratum), KID's reference block sums and PRDC's real radii. Built once, by the first task that asks
-    (the others wait on the lock; its holder is running, so a pool of any size cannot deadlock on it)."""
+    stratum), KID's reference block sums and PRDC's real radii. Built once per process, by the first task
+    that asks (the statistics stage runs the tasks in forked processes)."""
 
     def __init__(self, vs: ViewSets, cfg: Settings) -> None:
-        self.vs, self.cfg, self._lock, self._value = vs, cfg, threading.Lock(), None
+        self.vs, self.cfg, self._value = vs, cfg, None
 
     def get(self) -> tuple:
-        with self._lock:
-            if self._value is None:
-                vs, cfg = self.vs, self.cfg
-                refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
-                n_cl = n_clusters_of(vs.reference, *vs.sources.values())
-                xx = KernelBlocks.self_blocks(vs.reference, n_cl)
-                radii = real_radii(vs.reference.x, k=cfg.prdc_k) if len(vs.reference.x) > cfg.prdc_k else None
-                self._value = (stratum_weights(vs, cfg.strata_weights), refs, n_cl, xx, radii)
-            return self._value
+        if self._value is None:
+            vs, cfg = self.vs, self.cfg
+            refs = {None: _reference(vs.reference), **{s: _reference(vs.reference.subset(s)) for s in vs.strata}}
+            n_cl = n_clusters_of(vs.reference, *vs.sources.values())
+            xx = KernelBlocks.self_blocks(vs.reference, n_cl)
+            radii = real_radii(vs.reference.x, k=cfg.prdc_k) if len(vs.reference.x) > cfg.prdc_k else None
+            self._value = (stratum_weights(vs, cfg.strata_weights), refs, n_cl, xx, radii)
+        return self._value
 
 
 def _source_points(world: str, view: str, vs: ViewSets, src: str, shared: _ViewShared,
@@ -465,12 +461,12 @@ def _source_points(world: str, view: str, vs: ViewSets, src: str, shared: _ViewS
     weights, refs, _, xx, radii = shared.get()
     base = {"world": world, "source": src, "regime": "open_loop", "view": view, "dim": vs.dim}
     points = _fd_points(base, view, vs, side, refs, weights, cfg)
-    kbs: list[KernelBlocks] = []
-    points.append(_kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src), kbs))
+    kid, kb = _kid_point(base, view, vs.reference, side, cfg, xx, vs.linked.get(src))
+    points.append(kid)
     eps = []
     if min(len(vs.reference.x), len(side.x)) > cfg.prdc_k:
         eps = _prdc_episode_rows(world, src, view, vs.reference, side, cfg.prdc_k, radii)
-    return points, eps, kid_block_rows(world, view, src, vs.reference, side, kbs[0])
+    return points, eps, kid_block_rows(world, view, src, vs.reference, side, kb)
 
 
 def _infinity_points(world: str, view: str, vs: ViewSets, shared: _ViewShared,
@@ -505,16 +501,6 @@ def gather_points(parts: Iterable[tuple]) -> tuple[pd.DataFrame, pd.DataFrame, l
     return pts, eps, kid
 
 
-def submit_point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings, pool: Executor | None = None
-                           ) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame, list[dict]]]:
-    """:func:`point_tasks` on ``pool`` (threads), returning the function that gathers them (:func:`gather_points`:
-    the same rows as the serial run, bit for bit), with KID's block sums (:func:`kid_block_rows`, for the
-    bootstrap). Without ``pool``, the work is done here, now."""
-    tasks = point_tasks(world, sets, cfg)
-    done = [pool.submit(t) for t in tasks] if pool is not None else [t() for t in tasks]
-    return lambda: gather_points(part.result() if pool is not None else part for part in done)
-
-
 def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     """FD (pooled, per stratum, stratified), KID and FD-infinity points; PRDC as per-episode rows.
 
@@ -522,7 +508,7 @@ def point_estimates(world: str, sets: dict[str, ViewSets], cfg: Settings) -> tup
         ``(points, episode_rows)``: ``points`` one row per (source, metric, condition) with the
         sample counts and flags; ``episode_rows`` PRDC in the COLUMNS schema (shares per episode).
     """
-    return submit_point_estimates(world, sets, cfg)()[:2]
+    return gather_points(task() for task in point_tasks(world, sets, cfg))[:2]
 
 
 # ----------------------------------------------------------------------------- bootstrap replicates

@@ -407,27 +407,25 @@ def compute_statistics(params: Params, rollouts: Path, features: Path, out: Path
     # single-threaded BLAS: a threaded X^T X splits its sum over rows by the thread count, and FD's square roots
     # of near-zero eigenvalues turn those last bits into 1e-9 (measured on the tiny config's blob transitions),
     # so the bits would depend on the machine's cores.
-    threaded = [w for w in params.worlds if params.worlds[w].kind in BUILTIN_WORLDS and lpips_model is None]
-    inputs = {world: _world_inputs(params, world, rollouts, features) for world in threaded}
+    forked = [w for w in params.worlds if params.worlds[w].kind in BUILTIN_WORLDS and lpips_model is None]
+    inputs = {world: _world_inputs(params, world, rollouts, features) for world in forked}
     cfg = Settings.from_scoring(params.scoring)
-    tasks = {world: {view: point_tasks(world, {view: inp.sets[view]}, cfg) for view in inp.sets}
-             if inp.model_embs else {} for world, inp in inputs.items()}
+    tasks = {world: point_tasks(world, inp.sets, cfg) if inp.model_embs else [] for world, inp in inputs.items()}
     # Dispatched largest world first (the frames, then the points), so that the long parts start early.
     size = {world: len(inp.truth_emb_all) * (1 + len(inp.model_embs)) for world, inp in inputs.items()}
-    order = sorted(threaded, key=lambda world: -size[world])
-    parts = [(world, "frames", None, 0) for world in order] + \
-        [(world, "points", view, i) for world in order for view in tasks[world] for i in range(len(tasks[world][view]))]
+    order = sorted(forked, key=lambda world: -size[world])
+    parts = [(world, -1) for world in order] + [(world, i) for world in order for i in range(len(tasks[world]))]
 
-    def part(item: tuple[str, str, str | None, int]) -> Any:
-        world, kind, view, i = item
-        return _frame_rows(params, inputs[world]) if kind == "frames" else tasks[world][view][i]()
+    def part(item: tuple[str, int]) -> Any:
+        world, i = item                              # -1: the frames; else the i-th point task
+        return _frame_rows(params, inputs[world]) if i < 0 else tasks[world][i]()
 
     done = dict(zip(parts, fork_map(part, parts, n_jobs=min(len(parts), usable_cores()))))
     rows = {}
     for world in params.worlds:
         if world in inputs:
-            points = [done[world, "points", view, i] for view in tasks[world] for i in range(len(tasks[world][view]))]
-            rows[world] = _finish(params, inputs[world], rollouts, done[world, "frames", None, 0], points)
+            points = [done[world, i] for i in range(len(tasks[world]))]
+            rows[world] = _finish(params, inputs[world], rollouts, done[world, -1], points)
         else:
             with threadpool_limits(limits=1, user_api="blas"):      # the forked parts' BLAS: the same bits anywhere
                 rows[world] = world_rows(params, world, rollouts, features, lpips_model)
