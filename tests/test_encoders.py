@@ -280,3 +280,51 @@ def test_fp32_on_cuda_turns_tf32_off_and_tf32_on_restoring_both():
     assert flags() == before
     with precision_context("fp32", "cpu"):
         assert flags() == before
+
+
+def test_pixel_area_downsample_is_torchs_bits_with_or_without_torch():
+    """The pixel encoder's numpy path (a process that has not imported torch, within its budget) gives torch's
+    ``interpolate(mode="area")`` bit for bit: float32 box sums in row-major order, divided by the box's height and
+    then its width (one division by the area, or another order, differs in the last bit for 6 x 6 boxes)."""
+    from wmeval.encoders import zoo
+
+    rng = np.random.default_rng(0)
+    for h, w, c, size in [(48, 48, 1, 8), (64, 64, 3, 8), (48, 48, 3, 16), (96, 96, 3, 8), (48, 64, 3, 8),
+                          (210, 160, 3, 10), (32, 32, 1, 32), (50, 50, 3, 8), (3, 3, 1, 8)]:
+        frames = rng.random((17, h, w, c), dtype=np.float32)
+        frames[0] = np.round(frames[0] * 255) / 255                     # uint8-valued frames too
+        x = torch.from_numpy(frames).permute(0, 3, 1, 2)
+        want = F.interpolate(x, size=(size, size), mode="area").permute(0, 2, 3, 1).numpy()
+        if h % size == 0 and w % size == 0:
+            got = zoo._area_numpy(frames, size)
+            assert got.dtype == np.float32 and np.array_equal(got, want), (h, w, c, size)
+        assert np.array_equal(zoo.area_downsample(frames, size), want)     # torch is loaded here: its path
+    # 6 x 6 boxes divided once by 36: not torch's bits (the test above would catch that order).
+    frames = rng.random((50, 48, 48, 1), dtype=np.float32)
+    boxes = frames.reshape(50, 8, 6, 8, 6, 1).transpose(2, 4, 0, 1, 3, 5)
+    once = np.zeros((50, 8, 8, 1), np.float32)
+    for i in range(6):
+        for j in range(6):
+            once += boxes[i, j]
+    assert not np.array_equal(once / np.float32(36), zoo._area_numpy(frames, 8))
+
+
+def test_the_pixel_encoder_stays_off_torch_within_its_budget(tmp_path):
+    """A fresh process embedding a few frames with the pixel encoder never imports torch; past the budget it
+    does, with the same features."""
+    code = """
+import sys
+import numpy as np
+from wmeval.core.config import EncoderConfig
+from wmeval.encoders import build_encoder, zoo
+enc = build_encoder(EncoderConfig("pixel", "pixel", False, {"resolution": 8}))
+frames = np.random.default_rng(1).random((40, 48, 48, 3), dtype=np.float32)
+a = enc.fn(frames)
+print("torch" in sys.modules)
+zoo.NUMPY_AREA_BUDGET = 0
+b = enc.fn(frames)
+print("torch" in sys.modules, np.array_equal(a, b), a.shape)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["False", "True True (40, 192)"], r.stdout

@@ -86,6 +86,17 @@ def test_identical_models_share_the_rank_and_tie():
 
 def test_min_rank():
     np.testing.assert_array_equal(min_rank(np.array([[0.2, 0.1, 0.1, np.nan]]), axis=1), [[3, 1, 1, 4]])
+    # Against scipy's rankdata(method="min") (NaN as +inf, the worst), along either axis, ties and NaNs included.
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 4, size=(200, 7)).astype(float)
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    for axis in (0, 1, -1):
+        want = rankdata(np.where(np.isnan(x), np.inf, x), method="min", axis=axis)
+        np.testing.assert_array_equal(min_rank(x, axis=axis), want)
+    np.testing.assert_array_equal(min_rank(np.array([np.nan, np.nan, 1.0])), [2, 2, 1])
 
 
 # 4. The bias-corrected FD's paired difference used the percentile interval of shifted replicates.

@@ -192,6 +192,41 @@ def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes():
     assert page == "<p>a</p>" + "<p>b</p>".join(direct)
 
 
+def test_figures_show_savefigs_tight_box_from_one_draw():
+    """The SVG's size is savefig(bbox_inches="tight")'s (long tick labels and a legend outside the axes kept in
+    view), its viewBox that box on the figure's own canvas, and the figure is drawn once, not twice."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from wmeval.rendering.htmlpage import figure_svg, new_figure
+
+    def figure():
+        fig, ax = new_figure(3.0, 2.0)
+        ax.barh(["a model with a very long name indeed", "b"], [1.0, 2.0], label="FD")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        ax.set_title("a title above the axes")
+        return fig
+
+    fig = figure()
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    header = r'width="([\d.]+)pt" height="([\d.]+)pt" viewBox="([-\d. ]+)"'
+    want = [float(v) for v in re.search(header, buf.getvalue()).groups()[:2]]
+    fig, draws = figure(), []
+    fig.canvas.mpl_connect("draw_event", lambda e: draws.append(1))
+    svg = figure_svg(fig)
+    w, h, view = re.search(header, svg).groups()
+    assert abs(float(w) - want[0]) < 1e-3 and abs(float(h) - want[1]) < 1e-3, (w, h, want)
+    x0, y0, vw, vh = map(float, view.split())
+    assert x0 < 0 and (vw, vh) == (float(w), float(h))        # the long label reaches left of the canvas: shown
+    assert x0 + vw > 3.0 * 72                                    # the legend right of it: shown
+    assert draws == [1]
+    assert "a model with a very long name indeed" in svg
+
+
 def test_fork_map_keeps_item_order_and_equals_the_serial_map():
     import numpy as np
 

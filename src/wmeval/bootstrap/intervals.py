@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
 from wmeval.core.config import Params
@@ -77,8 +76,18 @@ def _interval(reps: np.ndarray, level: float) -> tuple[float, float]:
 
 def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
     """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst."""
-    bad = np.where(np.isnan(badness), np.inf, np.asarray(badness, dtype=np.float64))
-    return rankdata(bad, method="min", axis=axis).astype(np.float64)
+    bad = np.moveaxis(np.where(np.isnan(badness), np.inf, np.asarray(badness, dtype=np.float64)), axis, -1)
+    # scipy.stats.rankdata(method="min") (tested against it) without importing scipy.stats (about 0.5 s per stage):
+    # in each sorted row, a value's rank is the position of its first occurrence.
+    order = np.argsort(bad, axis=-1, kind="stable")
+    s = np.take_along_axis(bad, order, axis=-1)
+    pos = np.broadcast_to(np.arange(s.shape[-1]), s.shape)
+    new = np.ones(s.shape, dtype=bool)
+    new[..., 1:] = s[..., 1:] != s[..., :-1]                        # inf == inf: NaNs tie as the worst
+    first = np.maximum.accumulate(np.where(new, pos, 0), axis=-1)
+    ranks = np.empty(s.shape)
+    np.put_along_axis(ranks, order, first + 1.0, axis=-1)
+    return np.moveaxis(ranks, -1, axis)
 
 
 def _paired(info, point: np.ndarray, reps: np.ndarray, b: int, level: float) -> tuple[np.ndarray, ...]:

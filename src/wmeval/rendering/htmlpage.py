@@ -123,17 +123,38 @@ def figure_svg(fig, caption: str | None = None) -> str:
 
 
 def _figure_svg(fig, caption: str | None) -> str:
+    import matplotlib
     import matplotlib.pyplot as plt
 
-    buf = io.StringIO()
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
+    buf, tight = io.StringIO(), []
+    # The tight bounding box (``bbox_inches="tight"``'s, padded alike), measured with the renderer of the one
+    # draw that writes the SVG, which then shows that box through its viewBox: savefig's "tight" draws the
+    # figure twice, the first time only to measure it (measured: 45% of the report's figure time).
+    cid = fig.canvas.mpl_connect("draw_event", lambda event: tight.append(fig.get_tightbbox(event.renderer)))
+    try:
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+    finally:
+        fig.canvas.mpl_disconnect(cid)
+        plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]            # drop the XML prolog and DOCTYPE: invalid inside HTML
+    box = tight[-1].padded(matplotlib.rcParams["savefig.pad_inches"])
+    x0, y0 = box.x0 * 72, (fig.get_figheight() - box.y1) * 72             # SVG user units: points, y down
+    w, h = box.width * 72, box.height * 72
+    svg, n = re.subn(r'width="[^"]*" height="[^"]*" viewBox="[^"]*"',
+                     f'width="{_num(w)}pt" height="{_num(h)}pt" viewBox="{_num(x0)} {_num(y0)} {_num(w)} {_num(h)}"',
+                     svg, count=1)
+    if n != 1:
+        raise RuntimeError(f"matplotlib's SVG header changed; cannot set its viewBox: {svg[:300]!r}")
     svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
     cap = f"<figcaption>{caption}</figcaption>" if caption else ""
     return f"<figure>{svg}{cap}</figure>"
+
+
+def _num(v: float) -> str:
+    """A coordinate as matplotlib writes them (6 decimals, trailing zeros dropped)."""
+    return f"{v:.6f}".rstrip("0").rstrip(".")
 
 
 def new_figure(width: float = 5.2, height: float = 3.2, ncols: int = 1):
