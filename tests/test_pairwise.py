@@ -220,3 +220,25 @@ def test_intra_rater_consistency_on_repeated_trials():
             rows.append(("coin", t, *pair, pair[rng.integers(2)]))
     got = intra_rater_consistency(judgments(rows))
     assert got.loc["steady", "alpha"] == 1.0 and got.loc["coin", "alpha"] < 0.4
+
+
+def test_prepared_statistics_give_the_generic_replicates_bit_for_bit(monkeypatch):
+    """The study's statistics do their weight-free work once per table (PreparedStatistic); every replicate, and
+    so every interval, is the generic ``statistic(df, w)``'s to the bit, ties, unseen candidates and all."""
+    from wmeval.human import pairwise
+    from wmeval.human.analysis import rates_and_scores
+
+    truth = {"a": 1.0, "b": 0.0, "c": -1.0, "d": 0.0}
+    df = simulate(np.random.default_rng(3), truth, 5, 6, 2, rater_sd=0.5)
+    names = ["a", "b", "c", "d", "never-shown"]
+    stat = rates_and_scores(names)
+    fast = crossed_bootstrap(df, stat, n_resamples=80, seed=4)
+    generic = crossed_bootstrap(df, stat.statistic, n_resamples=80, seed=4)        # no prepare: the generic path
+    pd.testing.assert_frame_equal(fast, generic, check_exact=True)
+    assert fast.at["win_rate:never-shown", "undefined_replicates"] == 80
+    scores = pd.DataFrame([(t, c, round(v + 0.3 * t)) for t in range(6) for c, v in truth.items()],
+                          columns=["trajectory", "candidate", "value"])            # rounded: metric ties
+    want = validate_evaluator(df, scores, higher_is_better=True, n_resamples=80, seed=2)
+    monkeypatch.setattr(pairwise, "PreparedStatistic", lambda statistic, prepare: statistic)
+    got = validate_evaluator(df, scores, higher_is_better=True, n_resamples=80, seed=2)
+    pd.testing.assert_frame_equal(want, got, check_exact=True)

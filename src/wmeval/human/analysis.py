@@ -18,6 +18,9 @@ from .agreement import krippendorff_alpha
 from .answers import read_answers
 from .pairwise import (
     ExclusionRules,
+    PreparedStatistic,
+    _bradley_terry_of,
+    _win_rates_of,
     apply_exclusions,
     bradley_terry,
     crossed_bootstrap,
@@ -89,6 +92,22 @@ def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str, plan_condi
     return pd.concat(parts, ignore_index=True)
 
 
+def rates_and_scores(names: list[str]) -> PreparedStatistic:
+    """Win rates and Bradley-Terry scores of ``names`` (``win_rate:<name>``, ``bradley_terry:<name>``), for
+    :func:`crossed_bootstrap`, prepared once per table for its replicates."""
+
+    def both(d: pd.DataFrame, w: np.ndarray) -> pd.Series:
+        wr = win_rates(d, names, w).add_prefix("win_rate:")
+        bt = bradley_terry(d, names, w).add_prefix("bradley_terry:")
+        return pd.concat([wr, bt])
+
+    def prepare(d: pd.DataFrame):
+        rates, scores = _win_rates_of(d, names), _bradley_terry_of(d, names)
+        return lambda w: np.concatenate([rates(np.asarray(w, dtype=np.float64)), scores(w)])
+
+    return PreparedStatistic(both, prepare)
+
+
 def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, evaluators: list[str] = (),
                   n_resamples: int = 1000, confidence_level: float = 0.95, seed: int = 0,
                   rollouts: str | Path | None = None) -> tuple[dict, pd.DataFrame]:
@@ -138,12 +157,8 @@ def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, e
         if dq["rater"].nunique() >= 2 and dq["trajectory"].nunique() >= 2:
             names = list(design["candidates"])
 
-            def both(d: pd.DataFrame, w: np.ndarray, names: list[str] = names) -> pd.Series:
-                wr = win_rates(d, names, w).add_prefix("win_rate:")
-                bt = bradley_terry(d, names, w).add_prefix("bradley_terry:")
-                return pd.concat([wr, bt])
-
-            res = crossed_bootstrap(dq, both, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
+            res = crossed_bootstrap(dq, rates_and_scores(names), n_resamples=n_resamples,
+                                    confidence_level=confidence_level, seed=seed)
             table = []
             for c in names:
                 w, b = res.loc[f"win_rate:{c}"], res.loc[f"bradley_terry:{c}"]

@@ -143,13 +143,25 @@ def win_rates(judgments: pd.DataFrame, candidates: list[str] | None = None,
     df = check_judgments(judgments)
     _one_question(df)
     names = _candidates(df, candidates)
-    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+    return pd.Series(_win_rates_of(df, names)(_weights(df, weights)), index=names, name="win_rate")
 
-    def count(col: str) -> np.ndarray:
-        return np.bincount(pd.Categorical(df[col], categories=names).codes, weights=w, minlength=len(names))
 
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return pd.Series(count("choice") / (count("left") + count("right")), index=names, name="win_rate")
+def _weights(df: pd.DataFrame, weights: np.ndarray | None) -> np.ndarray:
+    return np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+
+
+def _win_rates_of(df: pd.DataFrame, names: list[str]) -> Callable[[np.ndarray], np.ndarray]:
+    """The win rates of checked judgments as a function of the float weights (what the replicates change)."""
+    codes = {c: pd.Categorical(df[c], categories=names).codes for c in ("choice", "left", "right")}
+
+    def rates(w: np.ndarray) -> np.ndarray:
+        def count(col: str) -> np.ndarray:
+            return np.bincount(codes[col], weights=w, minlength=len(names))
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return count("choice") / (count("left") + count("right"))
+
+    return rates
 
 
 def bradley_terry(judgments: pd.DataFrame, candidates: list[str] | None = None,
@@ -158,23 +170,45 @@ def bradley_terry(judgments: pd.DataFrame, candidates: list[str] | None = None,
     ``choix.ilsr_pairwise`` on the (winner, loser) pairs, each repeated its integer weight. ``alpha`` is
     choix's regularization, which keeps the scores finite when a candidate never wins or never loses. A
     candidate with no (weighted) comparison has no score (NaN), not the regularization's."""
-    import choix
-
     df = check_judgments(judgments)
     _one_question(df)
     names = _candidates(df, candidates)
-    index = {n: i for i, n in enumerate(names)}
-    loser = np.where(df["choice"] == df["left"], df["right"], df["left"])
-    pairs = np.stack([df["choice"].map(index).to_numpy(), pd.Series(loser).map(index).to_numpy()], axis=1)
     if weights is not None:
         w = np.asarray(weights)
         if np.any(w != np.round(w)) or np.any(w < 0):
             raise ValueError("bradley_terry: weights must be non-negative integers (multiplicities)")
-        pairs = np.repeat(pairs, w.astype(np.int64), axis=0)
-    seen = np.isin(np.arange(len(names)), pairs)
-    scores = choix.ilsr_pairwise(len(names), [tuple(p) for p in pairs.tolist()], alpha=alpha)
-    scores = np.where(seen, scores - scores[seen].mean() if seen.any() else np.nan, np.nan)
-    return pd.Series(scores, index=names, name="bradley_terry")
+    return pd.Series(_bradley_terry_of(df, names, alpha)(weights), index=names, name="bradley_terry")
+
+
+def _bradley_terry_of(df: pd.DataFrame, names: list[str], alpha: float = 0.01
+                      ) -> Callable[[np.ndarray | None], np.ndarray]:
+    """The Bradley-Terry scores of checked judgments as a function of the integer weights (None: all 1)."""
+    import choix
+
+    index = {n: i for i, n in enumerate(names)}
+    loser = np.where(df["choice"] == df["left"], df["right"], df["left"])
+    pairs = np.stack([df["choice"].map(index).to_numpy(), pd.Series(loser).map(index).to_numpy()], axis=1)
+
+    def scores_of(weights: np.ndarray | None) -> np.ndarray:
+        p = pairs if weights is None else np.repeat(pairs, np.asarray(weights).astype(np.int64), axis=0)
+        seen = np.isin(np.arange(len(names)), p)
+        scores = choix.ilsr_pairwise(len(names), [tuple(x) for x in p.tolist()], alpha=alpha)
+        return np.where(seen, scores - scores[seen].mean() if seen.any() else np.nan, np.nan)
+
+    return scores_of
+
+
+@dataclass(frozen=True)
+class PreparedStatistic:
+    """A statistic for :func:`crossed_bootstrap` (``statistic(df, weights)``, a Series) with ``prepare(df)``: a
+    function of the weights alone giving the same values (bit for bit, tested) in the Series' order, for the
+    replicates, which change only the weights (the checks, groupings and lookups are done once)."""
+
+    statistic: Callable[[pd.DataFrame, np.ndarray], pd.Series]
+    prepare: Callable[[pd.DataFrame], Callable[[np.ndarray], np.ndarray]]
+
+    def __call__(self, df: pd.DataFrame, weights: np.ndarray) -> pd.Series:
+        return self.statistic(df, weights)
 
 
 def crossed_bootstrap(judgments: pd.DataFrame,
@@ -201,6 +235,9 @@ def crossed_bootstrap(judgments: pd.DataFrame,
             raise ValueError(f"crossed_bootstrap: factor {f!r} has {len(levels)} level(s); resampling needs at "
                              "least 2")
     point = statistic(df, np.ones(len(df), dtype=np.int64))
+    # A statistic with a ``prepare(df)`` (this module's: :class:`PreparedStatistic`) does its work that does not
+    # depend on the weights once: ``prepare(df)(w)`` is ``statistic(df, w)``'s values, in its index's order.
+    fast = statistic.prepare(df) if hasattr(statistic, "prepare") else None
     rng = np.random.default_rng(seed)
     reps = []
     for _ in range(n_resamples):
@@ -209,7 +246,8 @@ def crossed_bootstrap(judgments: pd.DataFrame,
             n = int(codes[f].max()) + 1
             mult = np.bincount(rng.integers(0, n, size=n), minlength=n)
             w *= mult[codes[f]]
-        reps.append(statistic(df, w).reindex(point.index).to_numpy(dtype=np.float64))
+        reps.append(np.asarray(fast(w), dtype=np.float64) if fast is not None
+                    else statistic(df, w).reindex(point.index).to_numpy(dtype=np.float64))
     reps = np.stack(reps)
     tail = (1 - confidence_level) / 2 * 100
     # A replicate that leaves an entry undefined (a candidate never shown in it) is left out of that entry's
@@ -234,6 +272,11 @@ def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_i
     """
     df = check_judgments(judgments)
     _one_question(df)
+    return _accuracy_of(df, scores, higher_is_better)(_weights(df, weights))
+
+
+def _accuracy_of(df: pd.DataFrame, scores: pd.DataFrame, higher_is_better: bool) -> Callable[[np.ndarray], float]:
+    """The pairwise accuracy of checked judgments as a function of the float weights."""
     missing_cols = [c for c in ("trajectory", "candidate", "value") if c not in scores.columns]
     if missing_cols:
         raise ValueError(f"scores: columns {missing_cols} are missing")
@@ -253,8 +296,11 @@ def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_i
         raise ValueError(f"judgments: row {row}: no score for trajectory {getattr(t, 'item', lambda: t)()!r} and "
                          f"candidate {(chosen if np.isnan(vc[row]) else other)[row]!r}")
     agree = np.where(vc == vo, 0.5, (vc > vo) if higher_is_better else (vc < vo))
-    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
-    return float(np.sum(w * agree) / np.sum(w)) if np.sum(w) > 0 else float("nan")
+
+    def accuracy(w: np.ndarray) -> float:
+        return float(np.sum(w * agree) / np.sum(w)) if np.sum(w) > 0 else float("nan")
+
+    return accuracy
 
 
 def _item(df: pd.DataFrame) -> list[np.ndarray]:
@@ -270,19 +316,30 @@ def human_agreement(judgments: pd.DataFrame, weights: np.ndarray | None = None) 
     NaN when no pair was judged by two raters."""
     df = check_judgments(judgments)
     _one_question(df)
-    w = np.ones(len(df)) if weights is None else np.asarray(weights, dtype=np.float64)
+    return _agreement_of(df)(_weights(df, weights))
+
+
+def _agreement_of(df: pd.DataFrame) -> Callable[[np.ndarray], float]:
+    """:func:`human_agreement` of checked judgments as a function of the float weights."""
     pair = [tuple(sorted(p)) for p in zip(df["left"], df["right"])]
-    agree = total = 0.0
+    rater, choice = df["rater"].to_numpy(), df["choice"].to_numpy()
+    groups = []
     for _, idx in pd.Series(range(len(df))).groupby([*_item(df), pair]).groups.items():
         idx = np.asarray(list(idx))
-        if len(idx) < 2:
-            continue
-        r, c, ww = df["rater"].to_numpy()[idx], df["choice"].to_numpy()[idx], w[idx]
-        other = r[:, None] != r[None, :]
-        prod = np.triu(ww[:, None] * ww[None, :] * other, k=1)
-        total += prod.sum()
-        agree += (prod * (c[:, None] == c[None, :])).sum()
-    return agree / total if total > 0 else float("nan")
+        if len(idx) >= 2:
+            r, c = rater[idx], choice[idx]
+            groups.append((idx, r[:, None] != r[None, :], c[:, None] == c[None, :]))
+
+    def agreement(w: np.ndarray) -> float:
+        agree = total = 0.0
+        for idx, other, same in groups:
+            ww = w[idx]
+            prod = np.triu(ww[:, None] * ww[None, :] * other, k=1)
+            total += prod.sum()
+            agree += (prod * same).sum()
+        return agree / total if total > 0 else float("nan")
+
+    return agreement
 
 
 def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_is_better: bool,
@@ -296,7 +353,12 @@ def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_
         return pd.Series({"evaluator": pairwise_accuracy(d, scores, higher_is_better=higher_is_better, weights=w),
                           "human ceiling": human_agreement(d, w)})
 
-    out = crossed_bootstrap(judgments, both, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
+    def prepare(d: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
+        accuracy, agreement = _accuracy_of(d, scores, higher_is_better), _agreement_of(d)
+        return lambda w: np.array([accuracy(w.astype(np.float64)), agreement(w.astype(np.float64))])
+
+    out = crossed_bootstrap(judgments, PreparedStatistic(both, prepare), n_resamples=n_resamples,
+                            confidence_level=confidence_level, seed=seed)
     out["validated"] = [bool(out.at["evaluator", "low"] > 0.5), None]
     out.attrs["rule"] = "validated: the evaluator's pairwise-accuracy interval lies above 0.5 (chance)"
     return out
