@@ -90,7 +90,8 @@ def answer_study(html: Path, choose: Callable[[str], str], downloads: Path, time
     downloads.mkdir(parents=True, exist_ok=True)
     with offline_chromium(downloads=downloads) as driver:
         driver.get(Path(html).resolve().as_uri())
-        wait = WebDriverWait(driver, timeout)
+        # Polled every 20 ms (selenium's default is 0.5 s: two waits a trial made each trial last about a second).
+        wait = WebDriverWait(driver, timeout, poll_frequency=0.02)
         wait.until(ec.element_to_be_clickable((By.ID, "consent-agree"))).click()
         shown = []
         while driver.execute_script("return document.body.dataset.state") == "trial":

@@ -37,6 +37,35 @@ def test_cartpole_capabilities_actions_and_plans():
         "cartpole cannot draw random transitions"
 
 
+def test_a_software_rendered_world_is_described_without_importing_torch(tmp_path):
+    """A stage that only builds a classic-control world (statistics) does not import torchvision and torch (about
+    2.5 s); its description names the same torchvision version as the module's own, local label included.
+    MuJoCo's worlds still import torchvision before their environment makes a GL context."""
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from wmeval.worlds import build_world
+w = build_world("g", {"kind": "gymnasium", "env_id": "CartPole-v1", "frame_height": 32, "frame_width": 48})
+d = w.describe()
+print(json.dumps(["torch" in sys.modules, d["versions"]["torchvision"]]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    import torchvision
+
+    loaded, version = json.loads(r.stdout.strip().splitlines()[-1])
+    assert loaded is False and version == torchvision.__version__, r.stdout
+    from wmeval.worlds.gymnasium import _import_gymnasium, _software_rendered
+
+    gym = _import_gymnasium()
+    assert _software_rendered(gym, "Acrobot-v1") and _software_rendered(gym, "ALE/Pong-v5")
+    assert not _software_rendered(gym, "HalfCheetah-v5") and not _software_rendered(gym, "not-an-id-v0")
+
+
 def test_episodes_are_seeded_and_a_state_branches():
     w = cartpole()
     s = w.initial_states(3, np.random.default_rng(7))

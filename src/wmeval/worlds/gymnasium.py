@@ -40,8 +40,11 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,15 +122,17 @@ class _Snap:
     seed: int
 
 
-def _import_gymnasium():
+#: Entry points whose environments render in software (pygame, ALE): no GL context, so torchvision (the resize)
+#: may be imported whenever it is first needed, or never (a stage that only reads the world's declarations).
+SOFTWARE_RENDERED = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text", "ale_py")
+
+
+def _import_gymnasium(env_id: str | None = None):
     # Headless rendering: pygame (classic control) needs no display or sound device for rgb_array; MuJoCo
     # renders off-screen through EGL (set MUJOCO_GL=osmesa for software rendering).
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    # torchvision (the resize) first: importing it after MuJoCo has made its EGL context segfaults (triton,
-    # which torchvision pulls in, initialises against the same GL libraries; measured with mujoco 4.0.1).
-    import torchvision.transforms.v2.functional  # noqa: F401
     try:
         import gymnasium as gym
     except ImportError:
@@ -139,7 +144,41 @@ def _import_gymnasium():
         gym.register_envs(ale_py)
     except ImportError:
         pass
+    # torchvision (the resize) before any environment that may render through GL is made: importing it after
+    # MuJoCo has made its EGL context segfaults (triton, which torchvision pulls in, initialises against the same
+    # GL libraries; measured with mujoco 4.0.1). Importing gymnasium makes no context. Software-rendered
+    # environments skip it (torch's import is about 2 s of a stage that may never resize a frame).
+    if not _software_rendered(gym, env_id):
+        import torchvision.transforms.v2.functional  # noqa: F401
     return gym
+
+
+def _torchvision_version() -> str:
+    """``torchvision.__version__`` (with its local label, e.g. ``+cu130``, which the distribution's metadata
+    lacks) without importing torchvision (and torch) in a process that has not: read from its version.py."""
+    if "torchvision" in sys.modules:
+        return sys.modules["torchvision"].__version__
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except (AttributeError, TypeError, OSError):
+        text = ""
+    found = re.search(r"^__version__ = ['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else importlib.metadata.version("torchvision")
+
+
+def _software_rendered(gym, env_id: str | None) -> bool:
+    if env_id is None:
+        return False
+    try:
+        entry = gym.spec(env_id).entry_point
+    except Exception:  # an unknown id: gym.make names it
+        return False
+    name = entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '')}:"
+    return name.split(":")[0].startswith(SOFTWARE_RENDERED)
 
 
 def resize_frame(rgb: np.ndarray, height: int | None, width: int | None, resize_filter: str = "area",
@@ -265,7 +304,7 @@ class GymnasiumWorld(ExternalWorld):
                 raise ValueError(f"{key} must be an integer >= {1 if key == 'frame_skip' else 0}, got {v!r}")
         if self.branch not in ("auto", "none"):
             raise ValueError(f"branch must be 'auto' or 'none', got {self.branch!r}")
-        gym = _import_gymnasium()
+        gym = _import_gymnasium(self.env_id)
         try:
             self._env = gym.make(self.env_id, render_mode="rgb_array", **dict(self.env_kwargs or {}))
         except Exception as e:  # an unknown id, a missing extra, a bad kwarg
@@ -439,7 +478,7 @@ class GymnasiumWorld(ExternalWorld):
     def _fresh_env(self):
         if self._backend is not None:
             return self._env
-        return _import_gymnasium().make(self.env_id, render_mode="rgb_array", **dict(self.env_kwargs or {}))
+        return _import_gymnasium(self.env_id).make(self.env_id, render_mode="rgb_array", **dict(self.env_kwargs or {}))
 
     def _env_action(self, a: np.ndarray) -> Any:
         if self._discrete:
@@ -596,9 +635,8 @@ class GymnasiumWorld(ExternalWorld):
 
     def describe(self) -> dict:
         import gymnasium
-        import torchvision
 
-        versions = {"gymnasium": gymnasium.__version__, "torchvision": torchvision.__version__}
+        versions = {"gymnasium": gymnasium.__version__, "torchvision": _torchvision_version()}
         if self._backend == "classic" or type(self._core).__module__.startswith("gymnasium.envs.classic_control"):
             import pygame
 
