@@ -188,15 +188,17 @@ def test_a_changed_resolution_param_changes_the_outputs(project):
     assert "Running stage 'features'" in r.stdout, r.stdout[-2000:]
     assert _blob_frames_and_dim(project) == ([32, 32, 1], 16)
     _commit(project, "sizes 32/4")
-    # dvc exp run composes conf/ with its -S overrides only (the compose overrides above are not in conf/). These
-    # two run the pipeline up to the features stage (the outputs checked); the last one is the whole pipeline.
+    # dvc exp run composes conf/ with its -S overrides only (the compose overrides above are not in conf/). Each
+    # runs the pipeline up to the features stage (the outputs checked).
     run([str(BIN / "dvc"), "exp", "run", "features", "-S", "worlds.blobs.params.frame_size=24"], project)
     assert _blob_frames_and_dim(project) == ([24, 24, 1], 64)
     run([str(BIN / "dvc"), "exp", "run", "features", "-S", "encoder.params.resolution=2"], project)
     assert _blob_frames_and_dim(project) == ([48, 48, 1], 4)
-    run([str(BIN / "dvc"), "exp", "run", "-S", "worlds.blobs.params.frame_size=32",      # seen before: the run
-         "-S", "encoder.params.resolution=4"], project)                                # cache restores 32 / 4
+    r = run([str(BIN / "dvc"), "exp", "run", "features", "-S", "worlds.blobs.params.frame_size=32",  # seen before:
+             "-S", "encoder.params.resolution=4"], project)                              # the run cache restores it
+    assert "Stage 'features' is cached - skipping run" in r.stdout, r.stdout[-2000:]
     assert _blob_frames_and_dim(project) == ([32, 32, 1], 16)
+    # The later stages' outputs are the first repro's, at 32 / 4 too: the lineage is whole again.
     assert run([wmeval, "audit", "blobs/stochastic/kid"], project).returncode == 0
 
 
@@ -305,5 +307,6 @@ def test_a_study_answered_in_chromium_composes_into_the_scorecard(project, tmp_p
         assert card["study"] == "pilot" and "seed 3" in card["randomization"]
         assert "simulated raters (tests)" in card["rater population"]
     finally:
+        # The module's last test: params.yaml as it found it, the outputs the study run's (a `dvc repro` would
+        # restore them, 8 s that no later test needs).
         params.write_text(before)
-        run([str(BIN / "dvc"), "repro"], project)

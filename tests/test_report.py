@@ -171,25 +171,27 @@ def test_ranking_marks_first_last_and_changes():
 
 
 def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes():
-    """The scorecard's figures are drawn at the end in forked processes: each placeholder becomes exactly the SVG
-    the figure gives when drawn in place, in its own position."""
-    from wmeval.rendering.htmlpage import deferred_figures, figure_svg, new_figure
+    """The scorecard's figures are built and drawn at the end in forked processes: each placeholder becomes
+    exactly the SVG the figure gives when drawn in place, in its own position, whether the figure was built before
+    (figure_svg) or is built there too (deferred_figure; a build may return "" for no figure)."""
+    from wmeval.rendering.htmlpage import deferred_figure, deferred_figures, figure_svg, new_figure
 
-    def figures():
-        out = []
-        for i in range(3):
-            fig, ax = new_figure()
-            ax.plot([0, 1, 2], [i, 2 * i, i * i], label=f"model {i}")
-            ax.legend()
-            out.append((fig, f"caption {i}"))
-        return out
+    def make(i):
+        fig, ax = new_figure()
+        ax.plot([0, 1, 2], [i, 2 * i, i * i], label=f"model {i}")
+        ax.legend()
+        return fig, f"caption {i}"
 
-    direct = [figure_svg(f, c) for f, c in figures()]
+    def built(i):
+        return "" if i == 1 else figure_svg(*make(i))
+
+    direct = [figure_svg(*make(i)) for i in range(3)]
     with deferred_figures() as resolve:
-        marks = [figure_svg(f, c) for f, c in figures()]
+        marks = [figure_svg(*make(i)) for i in range(3)] + [deferred_figure(built, i) for i in range(3)]
         assert all(m.startswith("<!--wmeval-figure-") for m in marks)
         page = resolve("<p>a</p>" + "<p>b</p>".join(marks))
-    assert page == "<p>a</p>" + "<p>b</p>".join(direct)
+    assert page == "<p>a</p>" + "<p>b</p>".join(direct + [direct[0], "", direct[2]])
+    assert [deferred_figure(built, i) for i in range(3)] == [direct[0], "", direct[2]]      # outside: at once
 
 
 def test_figures_show_savefigs_tight_box_from_one_draw():

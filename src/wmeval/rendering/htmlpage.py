@@ -12,6 +12,7 @@ import html
 import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;
@@ -82,15 +83,17 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, cell_classes:
     return "".join(out)
 
 
-#: Figures waiting to be rendered (inside :func:`deferred_figures`), each standing in the page as a placeholder.
+#: Figures waiting to be rendered (inside :func:`deferred_figures`), each standing in the page as a placeholder:
+#: ``("figure", fig, caption)`` (built, to draw) or ``("build", function, args, kwargs)`` (to build and draw).
 _DEFERRED: list | None = None
 
 
 @contextlib.contextmanager
 def deferred_figures() -> Iterator[Callable[[str], str]]:
-    """Inside, :func:`figure_svg` returns a placeholder and keeps the figure; the yielded function renders every
-    kept figure (in forked processes, :func:`wmeval.core.parallel.fork_map`: each figure's SVG is the same bytes
-    wherever it is drawn) and puts them in place of their placeholders in a text."""
+    """Inside, :func:`figure_svg` returns a placeholder and keeps the figure, and :func:`deferred_figure` keeps
+    the call that builds one; the yielded function builds and renders every kept figure (in forked processes,
+    :func:`wmeval.core.parallel.fork_map`: each figure's SVG is the same bytes wherever it is drawn) and puts them
+    in place of their placeholders in a text."""
     import matplotlib
     import matplotlib.pyplot as plt
 
@@ -98,18 +101,30 @@ def deferred_figures() -> Iterator[Callable[[str], str]]:
     previous, pending = _DEFERRED, []
     _DEFERRED = pending
 
+    def render(i: int) -> str:
+        global _DEFERRED
+        item = pending[i]
+        if item[0] == "figure":
+            return _figure_svg(item[1], item[2])
+        saved, _DEFERRED = _DEFERRED, None          # the build's own figure_svg draws at once
+        try:
+            return item[1](*item[2], **item[3])
+        finally:
+            _DEFERRED = saved
+
     def resolve(text: str) -> str:
         from wmeval.core.parallel import fork_map
 
-        svgs = fork_map(lambda i: _figure_svg(*pending[i]), list(range(len(pending))))
+        svgs = fork_map(render, list(range(len(pending))))
         return re.sub(r"<!--wmeval-figure-(\d+)-->", lambda m: svgs[int(m.group(1))], text)
 
     try:
         with matplotlib.rc_context({"figure.max_open_warning": 0}):      # every figure stays open until drawn
             yield resolve
     finally:
-        for fig, _ in pending:
-            plt.close(fig)
+        for item in pending:
+            if item[0] == "figure":
+                plt.close(item[1])
         _DEFERRED = previous
 
 
@@ -117,9 +132,20 @@ def figure_svg(fig, caption: str | None = None) -> str:
     """A matplotlib figure as an inline ``<figure>`` with SVG (text kept as text); closes the figure. Inside
     :func:`deferred_figures`, a placeholder that its ``resolve`` replaces."""
     if _DEFERRED is not None:
-        _DEFERRED.append((fig, caption))
+        _DEFERRED.append(("figure", fig, caption))
         return f"<!--wmeval-figure-{len(_DEFERRED) - 1}-->"
     return _figure_svg(fig, caption)
+
+
+def deferred_figure(build: Callable[..., str], *args: Any, **kwargs: Any) -> str:
+    """``build(*args, **kwargs)``: a function that makes a figure and returns its :func:`figure_svg` (or any other
+    text, "" for none). Inside :func:`deferred_figures` the call waits for ``resolve`` and runs in its forked
+    workers, building and drawing there (building the scorecard's 37 figures took 2 s of one process), with a
+    placeholder in the page meanwhile; elsewhere it runs at once."""
+    if _DEFERRED is None:
+        return build(*args, **kwargs)
+    _DEFERRED.append(("build", build, args, kwargs))
+    return f"<!--wmeval-figure-{len(_DEFERRED) - 1}-->"
 
 
 def _figure_svg(fig, caption: str | None) -> str:

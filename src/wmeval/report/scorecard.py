@@ -13,6 +13,7 @@ every metric, and a provenance appendix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from wmeval.rendering.document import (
     to_html,
     to_markdown,
 )
-from wmeval.rendering.htmlpage import deferred_figures, esc
+from wmeval.rendering.htmlpage import deferred_figure, deferred_figures, esc
 from wmeval.report.cards import REGIME_LABEL, protocol_cards
 from wmeval.report.human import human_section
 
@@ -557,9 +558,11 @@ class WorldView:
     def models(self) -> list[str]:
         return list(self.wp["models"])
 
-    def fig(self, svg: str) -> None:
+    def fig(self, build: Callable[..., str], *args: Any, **kwargs: Any) -> None:
+        """A figure from ``build(*args, **kwargs)`` (a :mod:`wmeval.report.figures` function), built and drawn with
+        the others at the end (:func:`~wmeval.rendering.htmlpage.deferred_figure`), and only with figures on."""
         if self.with_figures:
-            self.doc.figure(svg)
+            self.doc.figure(deferred_figure(build, *args, **kwargs))
 
 
 def _ranking_section(v: WorldView) -> None:
@@ -592,9 +595,9 @@ def _observation_section(v: WorldView) -> None:
     doc.table(metric_table(iv, models, present(iv, cond_cols)))
     if wcv is not None:
         for metric in ("pixel_mse", "feature_mse", "state_rmse", "ssim"):
-            v.fig(figures.curves(wcv, metric, "all", models, f"{metric} by horizon, {world}",
+            v.fig(figures.curves, wcv, metric, "all", models, f"{metric} by horizon, {world}",
                                  "Teacher-forced (left) and open-loop (right) never pooled; bands are 95% "
-                                 "episode-bootstrap intervals of each step."))
+                                 "episode-bootstrap intervals of each step.")
         tables = curve_tables(wcv, models, wp, frames=True)
         if tables:
             doc.p("Counterfactual consistency on frames (seed 002's layer 5 without a state): the predicted "
@@ -606,8 +609,8 @@ def _observation_section(v: WorldView) -> None:
         for metric, cond, title in frame_curve_specs(wp):
             if not metric.startswith("pixel"):
                 continue                          # the feature-space curves are in the tables above
-            v.fig(figures.curves(wcv[(wcv.metric == metric) & (wcv.condition == cond)], metric, cond, models,
-                                 title, "Observation episodes; bands are 95% intervals at each step."))
+            v.fig(figures.curves, wcv[(wcv.metric == metric) & (wcv.condition == cond)], metric, cond, models,
+                                 title, "Observation episodes; bands are 95% intervals at each step.")
 
 
 def _image_section(v: WorldView) -> None:
@@ -639,13 +642,13 @@ def _stochastic_section(v: WorldView) -> None:
         doc.p(f"Best-of-K sequence MSE over nested pools (oracle selection; cannot increase with K) "
               f"{REGISTRY['best_of_k_curve'].arrow}:")
         doc.table(kt)
-        v.fig(figures.kcurve(wkv, models))
+        v.fig(figures.kcurve, wkv, models)
     rt = reliability_table(iv, models)
     if rt:
         doc.p(f"Reliability of the event \"{wp.get('outcome_event')}\" (forecast = share of K samples; "
               "observed = frequency among the realized futures of the forecasts in the bin):")
         doc.table(rt)
-        v.fig(figures.reliability(iv, models, str(wp.get("outcome_event"))))
+        v.fig(figures.reliability, iv, models, str(wp.get("outcome_event")))
 
 
 def _distributional_section(v: WorldView) -> None:
@@ -669,11 +672,11 @@ def _distributional_section(v: WorldView) -> None:
         doc.p(text)
         doc.table(t)
     for view, vd in dp.get("views", {}).items():
-        v.fig(figures.strata_bars(iv, view, vd["strata"], protocol.get("scoring", {}).get("strata_weights",
-                                                                                           "uniform"), models))
+        v.fig(figures.strata_bars, iv, view, vd["strata"], protocol.get("scoring", {}).get("strata_weights",
+                                                                                           "uniform"), models)
         if points is not None:
-            v.fig(figures.fd_vs_inverse_n(points[points.world == world], iv, view, models))
-        v.fig(figures.prdc_figure(iv, view, models))
+            v.fig(figures.fd_vs_inverse_n, points[points.world == world], iv, view, models)
+        v.fig(figures.prdc_figure, iv, view, models)
 
 
 def _dynamics_section(v: WorldView) -> None:
@@ -701,17 +704,17 @@ def _dynamics_section(v: WorldView) -> None:
             doc.p(text)
             doc.table(t)
         for metric, cond, title in curve_specs(wp):
-            v.fig(figures.curves(_dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
+            v.fig(figures.curves, _dynamics_curves(wcv, metric, cond, wp), metric, cond, dyn_models, title,
                                  ("Control starts" if dyn.get("rollout_horizon") else "Dynamics episodes")
-                                 + "; bands are 95% intervals at each step."))
+                                 + "; bands are 95% intervals at each step.")
     pairs = [(f"{a} vs {b}", "open_loop", f"{a} vs {b}") for a, b in dyn["counterfactual_pairs"]]
-    v.fig(figures.points(iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
+    v.fig(figures.points, iv, "action_sensitivity", pairs, dyn_models, "Action sensitivity (1 is ideal)",
                          "Predicted over real one-step spread between the actions of a counterfactual pair; the "
-                         "dashed line is the ideal 1.", reference=1.0))
+                         "dashed line is the ideal 1.", reference=1.0)
     tasks = [(t, "closed_loop", t) for t in dyn["tasks"]]
-    v.fig(figures.points(iv, "control_cost", tasks, dyn_models, "MPC cost in the real world",
+    v.fig(figures.points, iv, "control_cost", tasks, dyn_models, "MPC cost in the real world",
                          "Random-shooting MPC planning with each model, acting in the true world; ground_truth "
-                         "plans with the simulator."))
+                         "plans with the simulator.")
 
 
 def _probes_section(v: WorldView) -> None:
@@ -723,10 +726,10 @@ def _probes_section(v: WorldView) -> None:
     doc.h(3, "Physics probes, calibrated on the true world first")
     doc.table(probe_t)
     wins = [(f"{p} w={w}", "probe", f"{p} w={w}") for p in dyn["probes"] for w in dyn["probe_windows"]]
-    v.fig(figures.points(iv, "probe_flag_rate", wins, ["ground_truth"] + [m for m in models if m not in dyn["skipped"]],
+    v.fig(figures.points, iv, "probe_flag_rate", wins, ["ground_truth"] + [m for m in models if m not in dyn["skipped"]],
                          "Probe flag rate per window", "A window that flags the true world above "
                          f"{dyn['probe_max_true_rate']} (dashed) is miscalibrated and not used to judge models.",
-                         reference=dyn["probe_max_true_rate"]))
+                         reference=dyn["probe_max_true_rate"])
 
 
 def _task_section(v: WorldView) -> None:
