@@ -78,8 +78,9 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"reliability matrix: {passed} of {len(reports)} cases pass")
 
 
-#: Test files in the order they start (longest first: pytest-xdist's --dist loadfile hands each worker the next
-#: file as it frees up, in collection order, so the long end-to-end files must not come last alphabetically).
+#: Test files in the order they start (longest first: pytest-xdist's --dist loadfile, with --no-loadscope-reorder,
+#: hands the files out in collection order, each worker's next one when it has two or fewer tests left, so the long
+#: end-to-end files must not come last, as they do alphabetically).
 #: Measured: seconds per file in a full run on the 2-core development machine (junit times, session 5).
 #: Files not listed follow in their usual order; a wrong estimate costs wall time, never a test.
 LONGEST_FIRST = ("test_pipeline.py", "test_ray.py", "test_gymnasium.py", "test_sweep.py", "test_reliability.py",

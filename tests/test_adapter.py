@@ -200,7 +200,8 @@ def test_failed_rollouts_stage_exits_nonzero_and_writes_nothing(tmp_path, root):
     """A bad model output stops the stage script: exit 2, message, no data/rollouts."""
     from conftest import make_project
 
-    proj = make_project(tmp_path / "p", ["protocol=tiny", "+models.blobs.entries.bad._target_=badmodel.Bad"])
+    proj = make_project(tmp_path / "p", ["protocol=tiny", "dynamics=tiny",
+                                         "+models.blobs.entries.bad._target_=badmodel.Bad"])
     (proj / "badmodel.py").write_text(
         "import numpy as np\nfrom wmeval.models import Prediction\n"
         "class Bad:\n    def predict(self, h, a, k, rng):\n"

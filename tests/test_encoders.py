@@ -290,12 +290,13 @@ def test_pixel_area_downsample_is_torchs_bits_with_or_without_torch():
 
     rng = np.random.default_rng(0)
     for h, w, c, size in [(48, 48, 1, 8), (64, 64, 3, 8), (48, 48, 3, 16), (96, 96, 3, 8), (48, 64, 3, 8),
-                          (210, 160, 3, 10), (32, 32, 1, 32), (50, 50, 3, 8), (3, 3, 1, 8)]:
+                          (210, 160, 3, 10), (32, 32, 1, 32), (50, 50, 3, 8), (3, 3, 1, 8), (48, 48, 3, 1),
+                          (16, 16, 8, 4)]:
         frames = rng.random((17, h, w, c), dtype=np.float32)
         frames[0] = np.round(frames[0] * 255) / 255                     # uint8-valued frames too
         x = torch.from_numpy(frames).permute(0, 3, 1, 2)
         want = F.interpolate(x, size=(size, size), mode="area").permute(0, 2, 3, 1).numpy()
-        if h % size == 0 and w % size == 0:
+        if h % size == 0 and w % size == 0 and size > 1 and c < 8:          # the shapes the numpy path takes
             got = zoo._area_numpy(frames, size)
             assert got.dtype == np.float32 and np.array_equal(got, want), (h, w, c, size)
         assert np.array_equal(zoo.area_downsample(frames, size), want)     # torch is loaded here: its path

@@ -242,3 +242,14 @@ def test_prepared_statistics_give_the_generic_replicates_bit_for_bit(monkeypatch
     monkeypatch.setattr(pairwise, "PreparedStatistic", lambda statistic, prepare: statistic)
     got = validate_evaluator(df, scores, higher_is_better=True, n_resamples=80, seed=2)
     pd.testing.assert_frame_equal(want, got, check_exact=True)
+
+
+def test_a_prepared_statistic_that_disagrees_with_itself_is_refused():
+    """A prepare() whose values are not the statistic's, in its order, would mislabel every interval: refused."""
+    from wmeval.human.pairwise import PreparedStatistic
+
+    df = simulate(np.random.default_rng(5), {"a": 1.0, "b": 0.0}, 3, 4, 2)
+    rates = PreparedStatistic(lambda d, w: win_rates(d, weights=w),
+                              lambda d: (lambda w: win_rates(d, weights=w).to_numpy()[::-1]))   # reversed order
+    with pytest.raises(ValueError, match="the same values in the same order"):
+        crossed_bootstrap(df, rates, n_resamples=10)

@@ -75,8 +75,7 @@ def test_compose_check_in_project(project):
 def test_exp_run_set_param_composes_like_wmeval(project):
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "add", "-A"], project)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "lock"], project)
-    # Up to the rollouts stage (the outputs checked): the whole pipeline's `dvc exp run` is the sweep's and the
-    # resolution test's.
+    # Up to the rollouts stage (the outputs checked); the next test runs a whole-pipeline `dvc exp run` here.
     r = run([str(BIN / "dvc"), "exp", "run", "rollouts", "-S", "protocol.horizon=2"], project)
     assert "Running stage 'rollouts'" in r.stdout and "Running stage 'features'" not in r.stdout
     params = (project / "params.yaml").read_text()
@@ -91,7 +90,9 @@ def test_adding_a_model_embeds_only_its_rows(project):
 
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "add", "-A"], project)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "exp", "--allow-empty"], project)
-    r = run([str(BIN / "dvc"), "exp", "run", "features", "-S", "protocol.horizon=3",       # up to the stage checked
+    # The whole pipeline: statistics, bootstrap and report with a model added by override (the next tests read
+    # those reports).
+    r = run([str(BIN / "dvc"), "exp", "run", "-S", "protocol.horizon=3",
              "-S", "+models.pendulum.entries.refit._target_=wmeval.models.LeastSquaresPendulumModel",
              "-S", "+models.pendulum.entries.refit.features=linear",
              "-S", "+models.pendulum.entries.refit.fit_seed=1"], project)
@@ -102,6 +103,8 @@ def test_adding_a_model_embeds_only_its_rows(project):
     new = counts.pop("pendulum/refit.parquet")
     assert new[2] > 0 and new[0] == new[1] + new[2]
     assert all(e == 0 for _, _, e in counts.values()), counts
+    assert "Running stage 'report'" in r.stdout
+    assert "`refit`" in (project / "reports" / "scorecard.md").read_text()
 
 
 def test_report_outputs_protocol_cards_and_dvc_plots(project):

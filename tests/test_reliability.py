@@ -362,7 +362,7 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
 @pytest.fixture(scope="module")
 def finished_project(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny project run through bootstrap once, uninterrupted, with its own cache."""
-    proj = make_project(tmp_path_factory.mktemp("relk") / "proj", ["protocol=tiny", "dynamics=tiny",
+    proj = make_project(tmp_path_factory.mktemp("relk") / "proj", ["protocol=tiny", "dynamics=tiny", "bootstrap=tiny",
                                                                    "worlds=[blobs]", "models=[blobs]"])
     cache = proj.parent / "cache"
     env = {**os.environ, "WMEVAL_CACHE_DIR": str(cache)}

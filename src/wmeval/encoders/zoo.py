@@ -173,16 +173,19 @@ _numpy_area_done = 0
 def area_downsample(frames: np.ndarray, size: int) -> np.ndarray:
     """Area (box) downsample ``(B, H_img, W, C)`` to ``(B, size, size, C)`` (torch ``interpolate(mode="area")``).
 
-    Where ``size`` divides both sides, the first :data:`NUMPY_AREA_BUDGET` elements a process downsamples (a
-    smoke test's or a small world's frames) go through numpy, bit for bit torch's CPU kernel (float32 sums of
-    each box in row-major order, divided by its height and then its width; tested against torch): a stage
-    that embeds a few thousand frames then never imports torch. Past that budget, or for other sizes, torch.
+    Where ``size`` (above 1) divides both sides of frames of fewer than 8 channels, the first
+    :data:`NUMPY_AREA_BUDGET` elements a process downsamples (a smoke test's or a small world's frames) go
+    through numpy, bit for bit torch's CPU kernel (float32 sums of each box in row-major order, divided by its
+    height and then its width; tested against torch): a stage that embeds a few thousand frames then never
+    imports torch. Past that budget, or otherwise, torch.
     """
     global _numpy_area_done
     x = np.asarray(frames)
     h, w = x.shape[1:3]
-    if (h >= size and w >= size and h % size == 0 and w % size == 0 and "torch" not in sys.modules
-            and _numpy_area_done + x.size <= NUMPY_AREA_BUDGET):
+    # Not for a 1 x 1 output (torch takes a mean over the frame there, another summation order) nor for 8 or more
+    # channels (torch's vectorised lanes divide once by the box's area).
+    if (1 < size <= min(h, w) and h % size == 0 and w % size == 0 and x.shape[3] < 8
+            and "torch" not in sys.modules and _numpy_area_done + x.size <= NUMPY_AREA_BUDGET):
         _numpy_area_done += x.size
         return _area_numpy(x, size)
     return _area_torch(x, size)

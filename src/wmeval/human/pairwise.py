@@ -235,9 +235,16 @@ def crossed_bootstrap(judgments: pd.DataFrame,
             raise ValueError(f"crossed_bootstrap: factor {f!r} has {len(levels)} level(s); resampling needs at "
                              "least 2")
     point = statistic(df, np.ones(len(df), dtype=np.int64))
-    # A statistic with a ``prepare(df)`` (this module's: :class:`PreparedStatistic`) does its work that does not
-    # depend on the weights once: ``prepare(df)(w)`` is ``statistic(df, w)``'s values, in its index's order.
-    fast = statistic.prepare(df) if hasattr(statistic, "prepare") else None
+    # A statistic with a ``prepare(df)`` (:class:`PreparedStatistic`) does its work that does not depend on the
+    # weights once: ``prepare(df)(w)`` is ``statistic(df, w)``'s values in its index's order (checked here, on the
+    # data's own weights: a mislabelled interval is refused, not written).
+    fast = statistic.prepare(df) if callable(getattr(statistic, "prepare", None)) else None
+    if fast is not None:
+        got, want = np.asarray(fast(np.ones(len(df), dtype=np.int64)), dtype=np.float64), point.to_numpy(np.float64)
+        if got.shape != want.shape or not np.array_equal(got, want, equal_nan=True):
+            raise ValueError(f"crossed_bootstrap: the prepared statistic gives {got.tolist()} on the data, the "
+                             f"statistic {want.tolist()} (index {list(point.index)}): it must give the same values "
+                             "in the same order")
     rng = np.random.default_rng(seed)
     reps = []
     for _ in range(n_resamples):

@@ -116,7 +116,9 @@ def deferred_figures() -> Iterator[Callable[[str], str]]:
         from wmeval.core.parallel import fork_map
 
         svgs = fork_map(render, list(range(len(pending))))
-        return re.sub(r"<!--wmeval-figure-(\d+)-->", lambda m: svgs[int(m.group(1))], text)
+        # A build that made no figure ("") takes its line with it, as a figure block that was never added.
+        return re.sub(r"<!--wmeval-figure-(\d+)-->(\n?)",
+                      lambda m: svgs[int(m.group(1))] + m.group(2) if svgs[int(m.group(1))] else "", text)
 
     try:
         with matplotlib.rc_context({"figure.max_open_warning": 0}):      # every figure stays open until drawn
@@ -158,7 +160,8 @@ def _figure_svg(fig, caption: str | None) -> str:
     # figure twice, the first time only to measure it (measured: 45% of the report's figure time).
     cid = fig.canvas.mpl_connect("draw_event", lambda event: tight.append(fig.get_tightbbox(event.renderer)))
     try:
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval"}):
+        # savefig.bbox pinned: a matplotlibrc's "tight" would crop the canvas before the viewBox moves it.
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "wmeval", "savefig.bbox": "standard"}):
             fig.savefig(buf, format="svg", metadata={"Date": None})
     finally:
         fig.canvas.mpl_disconnect(cid)
