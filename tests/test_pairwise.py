@@ -226,7 +226,7 @@ def test_prepared_statistics_give_the_generic_replicates_bit_for_bit(monkeypatch
     """The study's statistics do their weight-free work once per table (PreparedStatistic); every replicate, and
     so every interval, is the generic ``statistic(df, w)``'s to the bit, ties, unseen candidates and all."""
     from wmeval.human import pairwise
-    from wmeval.human.analysis import rates_and_scores
+    from wmeval.human.pairwise import rates_and_scores
 
     truth = {"a": 1.0, "b": 0.0, "c": -1.0, "d": 0.0}
     df = simulate(np.random.default_rng(3), truth, 5, 6, 2, rater_sd=0.5)

@@ -18,15 +18,11 @@ from .agreement import krippendorff_alpha
 from .answers import read_answers
 from .pairwise import (
     ExclusionRules,
-    PreparedStatistic,
-    _bradley_terry_of,
-    _win_rates_of,
     apply_exclusions,
-    bradley_terry,
     crossed_bootstrap,
     intra_rater_consistency,
+    rates_and_scores,
     validate_evaluator,
-    win_rates,
 )
 from .study import INSTRUCTIONS, frames_changed
 
@@ -90,22 +86,6 @@ def evaluator_scores(episodes: pd.DataFrame, world: str, metric: str, plan_condi
         parts.append(pd.DataFrame({"trajectory": sel["episode"].to_numpy(), "plan": plan,
                                    "candidate": sel["source"].to_numpy(), "value": sel["value"].to_numpy()}))
     return pd.concat(parts, ignore_index=True)
-
-
-def rates_and_scores(names: list[str]) -> PreparedStatistic:
-    """Win rates and Bradley-Terry scores of ``names`` (``win_rate:<name>``, ``bradley_terry:<name>``), for
-    :func:`crossed_bootstrap`, prepared once per table for its replicates."""
-
-    def both(d: pd.DataFrame, w: np.ndarray) -> pd.Series:
-        wr = win_rates(d, names, w).add_prefix("win_rate:")
-        bt = bradley_terry(d, names, w).add_prefix("bradley_terry:")
-        return pd.concat([wr, bt])
-
-    def prepare(d: pd.DataFrame):
-        rates, scores = _win_rates_of(d, names), _bradley_terry_of(d, names)
-        return lambda w: np.concatenate([rates(np.asarray(w, dtype=np.float64)), scores(w)])
-
-    return PreparedStatistic(both, prepare)
 
 
 def analyse_study(folder: str | Path, *, episodes: pd.DataFrame | None = None, evaluators: list[str] = (),

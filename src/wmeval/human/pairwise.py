@@ -269,6 +269,22 @@ def crossed_bootstrap(judgments: pd.DataFrame,
     return out
 
 
+def rates_and_scores(names: list[str]) -> PreparedStatistic:
+    """Win rates and Bradley-Terry scores of ``names`` (``win_rate:<name>``, ``bradley_terry:<name>``), for
+    :func:`crossed_bootstrap`, prepared once per table for its replicates."""
+
+    def both(d: pd.DataFrame, w: np.ndarray) -> pd.Series:
+        wr = win_rates(d, names, w).add_prefix("win_rate:")
+        bt = bradley_terry(d, names, w).add_prefix("bradley_terry:")
+        return pd.concat([wr, bt])
+
+    def prepare(d: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
+        rates, scores = _win_rates_of(d, names), _bradley_terry_of(d, names)
+        return lambda w: np.concatenate([rates(np.asarray(w, dtype=np.float64)), scores(w)])
+
+    return PreparedStatistic(both, prepare)
+
+
 def pairwise_accuracy(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_is_better: bool,
                       weights: np.ndarray | None = None) -> float:
     """The share of (weighted) judgments in which an automatic metric prefers the candidate the rater chose.
@@ -362,7 +378,11 @@ def validate_evaluator(judgments: pd.DataFrame, scores: pd.DataFrame, *, higher_
 
     def prepare(d: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
         accuracy, agreement = _accuracy_of(d, scores, higher_is_better), _agreement_of(d)
-        return lambda w: np.array([accuracy(w.astype(np.float64)), agreement(w.astype(np.float64))])
+        def values(w: np.ndarray) -> np.ndarray:
+            wf = w.astype(np.float64)
+            return np.array([accuracy(wf), agreement(wf)])
+
+        return values
 
     out = crossed_bootstrap(judgments, PreparedStatistic(both, prepare), n_resamples=n_resamples,
                             confidence_level=confidence_level, seed=seed)

@@ -134,8 +134,7 @@ def figure_svg(fig, caption: str | None = None) -> str:
     """A matplotlib figure as an inline ``<figure>`` with SVG (text kept as text); closes the figure. Inside
     :func:`deferred_figures`, a placeholder that its ``resolve`` replaces."""
     if _DEFERRED is not None:
-        _DEFERRED.append(("figure", fig, caption))
-        return f"<!--wmeval-figure-{len(_DEFERRED) - 1}-->"
+        return _defer(("figure", fig, caption))
     return _figure_svg(fig, caption)
 
 
@@ -146,7 +145,12 @@ def deferred_figure(build: Callable[..., str], *args: Any, **kwargs: Any) -> str
     placeholder in the page meanwhile; elsewhere it runs at once."""
     if _DEFERRED is None:
         return build(*args, **kwargs)
-    _DEFERRED.append(("build", build, args, kwargs))
+    return _defer(("build", build, args, kwargs))
+
+
+def _defer(item: tuple) -> str:
+    """Keep ``item`` for ``resolve``; its placeholder in the page."""
+    _DEFERRED.append(item)
     return f"<!--wmeval-figure-{len(_DEFERRED) - 1}-->"
 
 
