@@ -203,6 +203,14 @@ def fitted(runs: dict, sizes: list, floors: dict) -> dict:
             for s in STAGES}
 
 
+def git_state() -> dict:
+    """The commit the measured code is at, and whether the checkout differs from it (the numbers' source)."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--", "src",
+                                                                             "stages", "conf", "dvc.yaml"))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/ (default: the shipped config)")
@@ -230,6 +238,7 @@ def main() -> None:
         boot_floor = base.pop("bootstrap_floor")
         result = {
             "config": args.overrides or ["(shipped defaults)"], "n_episodes": n_base, "repeats": args.repeats,
+            "code": git_state(),
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                         "matmul_gflops_fp64": matmul_gflops()},
             "stages": {s: {**base[s], "startup_floor_s": floors[s]["wall_s"],

@@ -454,3 +454,101 @@ def test_bootstrap_refuses_statistics_without_kid_block_sums(tmp_path, tiny_para
     pd.DataFrame({"world": ["blobs"], "metric": ["kid"], "value": [0.0]}).to_parquet(tmp_path / "distributional.parquet")
     with pytest.raises(WmevalError, match=r"kid_blocks.parquet: missing .* run `dvc repro`"):
         distributional_rows(tiny_params, tmp_path, tmp_path, tmp_path, {"worlds": {}}, None, {})
+
+
+# The bias-corrected FD's two-scale check: with few independent rows for the dimension the FD's bias is not the
+# a / m the jackknife removes, and its interval (old code) covered a true 0 in 41% of data sets at d = 64 with
+# independent sides, without a sign of it.
+
+def test_jackknife_of_a_subset_is_the_jackknife_of_the_subset_alone():
+    """jackknife_counts/jackknife_weights with ``within``: the same bias estimate as on the subset's clusters alone."""
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=10)
+    within = np.array([1, 0, 1, 1, 0, 1, 1, 0, 1, 1], bool)
+    c = jackknife_counts(np.zeros(10), within=within)
+    assert (c[:, ~within] == 0).all() and len(c) == within.sum()
+    full = _plug_var(x, within.astype(float))
+    bias = jackknife_bias(np.array([_plug_var(x, r.astype(float)) for r in c]), full,
+                          jackknife_weights(c, np.zeros(10), within=within))
+    xs = x[within]
+    cs = jackknife_counts(np.zeros(len(xs)))
+    alone = jackknife_bias(np.array([_plug_var(xs, r.astype(float)) for r in cs]), _plug_var(xs, np.ones(len(xs))),
+                           jackknife_weights(cs, np.zeros(len(xs))))
+    assert bias == pytest.approx(alone, rel=1e-12)
+    assert full - bias == pytest.approx(np.var(xs, ddof=1), rel=1e-12)      # the unbiased variance of the subset
+
+
+@pytest.mark.parametrize("n", [8, 32, 100])
+def test_two_scale_check_estimates_what_the_jackknife_leaves(n):
+    """A statistic with bias 7 / m: the jackknife removes it and the check finds nothing left; with 7 / m + 5 / m^2
+    the corrected value keeps about -5 / m^2, and the check estimates it (every half sees the same form)."""
+    from wmeval.estimators.resample import JackknifePlan, leftover_bias
+
+    plan = JackknifePlan.of(np.zeros(n, dtype=int))
+    m = (plan.counts > 0).sum(axis=1).astype(float)
+    bias, halves = plan.estimate(7.0 / m)
+    assert bias == pytest.approx(7.0 / n, rel=1e-9) and np.abs(halves).max() < 1e-12
+    values = 7.0 / m + 5.0 / m ** 2
+    bias, halves = plan.estimate(values)
+    left, se = leftover_bias(halves)
+    kept = values[0] - bias                       # the corrected value; the truth is 0
+    assert kept < 0 and left == pytest.approx(kept, rel=0.25)
+    # Per series, on the clusters that hold its rows (the second lacks a quarter of them).
+    present = np.ones((2, n), bool)
+    present[1, :n // 4] = False
+    mm = (plan.counts[:, None, :] * present[None]).astype(bool).sum(axis=2).astype(float)
+    bias2, halves2 = plan.estimate(7.0 / mm, present)
+    assert bias2 == pytest.approx(7.0 / present.sum(axis=1), rel=1e-9) and halves2.shape == (4, 2)
+    assert np.abs(halves2).max() < 1e-12
+
+
+def test_bias_corrected_fd_withholds_its_interval_where_the_correction_fails():
+    """d = 64, 32 episodes x 10 rows a side, independent sides, one distribution: the corrected FD keeps a bias of
+    about 4 (benchmarks/coverage.py), and the old interval excluded the true 0 in most data sets. Now: a warning
+    naming the check and NaN bounds. The same design at d = 4 keeps its interval, which holds 0."""
+    rng = np.random.default_rng(22)
+    ref, _ = _episodes(rng, d=64)
+    fake, _ = _episodes(rng, d=64)
+    with pytest.warns(RuntimeWarning, match="fails its two-scale check"):
+        r = distribution_bootstrap(ref.x, fake.x, real_clusters=ref.episode, fake_clusters=fake.episode + 100,
+                                   metric="fd_bias_corrected", n_resamples=150)
+    assert np.isnan(r.low) and np.isnan(r.high) and r.point > 1.0
+    ref, _ = _episodes(rng, d=4)
+    fake, _ = _episodes(rng, d=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = distribution_bootstrap(ref.x, fake.x, real_clusters=ref.episode, fake_clusters=fake.episode + 100,
+                                   metric="fd_bias_corrected", n_resamples=150)
+    assert r.low <= 0.0 <= r.high
+
+
+def test_a_failed_bias_check_leaves_the_point_and_withholds_the_rest():
+    """replicate_rows: a source whose halves agree on a leftover above the limit loses its interval, paired
+    difference and rank interval (the scorecard says why); the other keeps them; the columns carry the numbers."""
+    from wmeval.bootstrap.intervals import replicate_rows
+    from wmeval.estimators.distributional import Replicates
+    from wmeval.report.scorecard import cell
+
+    rng = np.random.default_rng(23)
+    counts = resample_counts(32, 300, rng)
+    reps = rng.normal(0.3, 0.05, size=(300, 2))
+    halves = np.array([[0.002, 0.08], [0.004, 0.09], [-0.001, 0.085], [0.003, 0.075]])   # sd 0.05: 0.75 sd = 0.0375
+    wpts = pd.DataFrame({"metric": ["fd", "fd"], "condition": ["frame:pooled"] * 2, "source": ["a", "b"],
+                         "value": [0.3, 0.31]})
+    rows = replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b"], reps, np.array([32, 32]),
+                                           {"jackknife_bias": np.array([0.02, 0.02]), "leftover_bias": halves})],
+                          wpts, BOOT, "a", counts)
+    bc = {r["source"]: r for r in rows if r["metric"] == "fd_bias_corrected"}
+    assert bc["a"]["bias_check"] == "passed" and bc["b"]["bias_check"] == "failed"
+    assert bc["b"]["leftover_bias"] == pytest.approx(0.0825) and bc["b"]["leftover_bias_se"] > 0
+    assert np.isfinite([bc["a"]["low"], bc["a"]["high"], bc["a"]["rank_low"]]).all()
+    assert np.isnan([bc["b"][k] for k in ("low", "high", "diff_low", "p_better", "rank_low", "rank_high")]).all()
+    assert bc["b"]["point"] == pytest.approx(0.29)
+    assert "no interval: the bias correction fails its check" in cell(pd.Series(bc["b"]))
+    assert "[" in cell(pd.Series(bc["a"]))
+    # Halves that disagree (a leftover within twice its standard error) do not fail the check.
+    noisy = np.array([[0.0, 0.3], [0.0, -0.2], [0.0, 0.25], [0.0, -0.15]])
+    rows = replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b"], reps, np.array([32, 32]),
+                                           {"jackknife_bias": np.array([0.02, 0.02]), "leftover_bias": noisy})],
+                          wpts, BOOT, "a", counts)
+    assert [r["bias_check"] for r in rows if r["metric"] == "fd_bias_corrected"] == ["passed", "passed"]

@@ -118,6 +118,12 @@ def test_report_outputs_protocol_cards_and_dvc_plots(project):
     fd = cards["blobs"]["fd"]["open_loop"]
     assert "NOT comparable" in fd["comparability"] and "B = " in fd["interval"] and "strata" in fd["views and strata"]
     assert {r["method"] for r in rows} >= {"percentile", "basic"}
+    # Every bias-corrected FD row carries its two-scale check; a row that fails it has no interval.
+    corrected = [r for r in rows if r["metric"].endswith("_bias_corrected")]
+    assert corrected and all(r["bias_check"] in {"passed", "failed", "unchecked"} for r in corrected)
+    assert all(r["bias_check"] == "" for r in rows if not r["metric"].endswith("_bias_corrected"))
+    assert all(r["low"] == r["high"] == "" for r in corrected if r["bias_check"] == "failed")
+    assert "halves of the episodes" in cards["blobs"]["fd_bias_corrected"]["open_loop"]["sample counts across models"]
     prov = json.loads((project / "reports" / "provenance.json").read_text())
     assert prov["git"]["commit"] and set(prov["dvc_lock"]) >= {"rollouts", "features", "statistics", "bootstrap"}
 

@@ -4,6 +4,7 @@ import os
 import re
 
 import browser
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -55,6 +56,13 @@ def test_glance_says_how_sure():
     # Direction: higher is better for SSIM, so the largest value is best.
     ssim = _rows({"a": 0.5, "b": 0.9, "c": 0.7}, [(3, 3, 3), (1, 1, 1), (2, 2, 2)], metric="ssim")
     assert glance(ssim, ["a", "b", "c"], [("SSIM", "ssim", "teacher_forced", "all")], "w").rows[0][2] == "`b`"
+    # A best model whose bias-corrected FD failed its two-scale check: its value without an interval, no rank claim.
+    fd = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, np.nan, np.nan), (2, 2, 3), (3, 2, 3)],
+               metric="fd_bias_corrected", regime="open_loop", condition="frame:pooled")
+    fd["bias_check"] = ["failed", "passed", "passed"]
+    fd.loc[0, ["low", "high"]] = np.nan
+    row = glance(fd, ["a", "b", "c"], [("FD", "fd_bias_corrected", "open_loop", "frame:pooled")], "w").rows[0]
+    assert row[2] == "`a`" and "no interval" in row[3] and row[4].startswith("no rank interval"), row
 
 
 def _doc(t: Table) -> Doc:
@@ -141,11 +149,27 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     text = coverage_note(cov)
     assert f"{cov['cluster']['coverage']:.1%}" in text and f"{cov['iid_frames']['coverage']:.1%}" in text
     assert f"{cov['frechet']['basic_coverage']:.1%}" in text and "benchmarks/coverage.py" in text
-    for key in ("sets", "sets_more_episodes"):
-        for cell in cov[key]["cells"]:
-            assert f"{cell['design']} {cell['truth']}: {cell['coverage']:.1%}" in text
-    assert f"At {cov['sets_more_episodes']['episodes']} episodes" in text
+    for cell in cov["sets"]["cells"]:
+        assert f"{cell['design']} {cell['truth']}: {cell['coverage']:.1%}" in text
+    # The other parts in brief: each metric's range of coverage.
+    more = cov["sets_more_episodes"]
+    fd = [c["coverage"] for c in more["cells"] if c["metric"] == "fd_bias_corrected"]
+    assert f"{more['episodes']} episodes, KID " in text and f"bias-corrected FD {min(fd):.1%}-{max(fd):.1%}" in text
     assert coverage_note(None) == ""
+    # Cells whose intervals the bias check withheld say so, in part or in all.
+    wide = {"dim": 64, "episodes": 32, "datasets": 150, "cells": [
+        {"metric": "fd_bias_corrected", "truth": "zero", "design": "unpaired", "coverage": float("nan"),
+         "false_positive_rate": float("nan"), "withheld": 1.0},
+        {"metric": "fd_bias_corrected", "truth": "shift", "design": "unpaired", "coverage": 1.0, "power": 0.0,
+         "withheld": 0.96},
+        {"metric": "kid", "truth": "zero", "design": "unpaired", "coverage": 0.953, "false_positive_rate": 0.013,
+         "withheld": 0.0}]}
+    text = coverage_note({**cov, "sets_wide": wide})
+    assert ("At d = 64, KID 95.3%, bias-corrected FD withheld by its bias check in 96.0%-100.0% of data sets "
+            "(unpaired zero, unpaired shift)") in text
+    text = coverage_note({**cov, "sets": {**cov["sets"], "cells": [*cov["sets"]["cells"], *wide["cells"][:2]]}})
+    assert "unpaired zero: no interval (the bias check withheld all)" in text
+    assert "unpaired shift: 96.0% withheld by the bias check, the 16 given covered 100.0% (power 0%)" in text
 
 
 def test_a_point_outside_its_interval_is_flagged():

@@ -35,9 +35,11 @@ from wmeval.estimators.distributional import (
     view_sets,
 )
 from wmeval.estimators.resample import (
+    JackknifePlan,
+    bias_check_failed,
     boundary_interval,
     jackknife_centred,
-    jackknife_counts,
+    leftover_bias,
     percentile_interval,
     ratio_replicates,
     resample_counts,
@@ -292,8 +294,29 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
                               n_resamples=B)
             _boundary(group, point, jackknife_centred(r.values, point, bias), counts, point, n,
                       boot.confidence_level)
+            _bias_check(group, r.extra.get("leftover_bias", np.full((0, len(r.sources)), np.nan)), r.values)
             rows += group
     return rows
+
+
+#: What a row whose bias correction fails its two-scale check no longer carries.
+WITHHELD = ("low", "high", "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank_low", "rank_high")
+
+
+def _bias_check(group: list[dict], leftovers: np.ndarray, reps: np.ndarray) -> None:
+    """Give each bias-corrected row its two-scale check (:class:`~wmeval.estimators.resample.JackknifePlan`;
+    ``leftovers`` ``(H, S)``, one estimate per half of the episodes): ``leftover_bias``, what the jackknife's
+    correction is estimated to leave, with its standard error ``leftover_bias_se``, and ``bias_check`` (passed,
+    failed, or unchecked without 2 usable halves). A failed row keeps its point but no interval, paired difference,
+    P(better) or rank interval: its bias is not of the form the correction removes, and nothing in its replicates
+    shows it."""
+    failed = np.atleast_1d(bias_check_failed(leftovers, reps))
+    mean, se = (np.atleast_1d(v) for v in leftover_bias(leftovers))
+    for j, row in enumerate(group):
+        row["leftover_bias"], row["leftover_bias_se"] = float(mean[j]), float(se[j])
+        row["bias_check"] = "unchecked" if not np.isfinite(se[j]) else "failed" if failed[j] else "passed"
+        if failed[j]:
+            row.update({k: float("nan") for k in WITHHELD})
 
 
 def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: np.ndarray, scale: np.ndarray,
@@ -333,8 +356,8 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
             continue
         sets = _world_sets(params, world, wp, rollouts, features)
         counts = counts_for(world, "observation", B)
-        n_jack = len(jackknife_counts(np.zeros(counts.shape[1])))
-        n_jack += 1 if n_jack else 0                  # the jackknife's rows and its all-episodes row
+        plan = JackknifePlan.of(np.zeros(counts.shape[1], dtype=np.int64))
+        n_jack = len(plan.counts) if len(plan.counts) > 1 else 0   # the jackknife's and its check's rows
         kid = stored_kid_blocks(kid_table, world, sets, counts.shape[1], str(stats / KID_BLOCKS_FILE))
         with tqdm(total=(B + B_inf + n_jack) * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False,
                   mininterval=5) as bar:

@@ -48,13 +48,14 @@ from wmeval.core.errors import WmevalError
 from wmeval.core.parallel import can_fork, fork_map
 from wmeval.core.rng import make_rng
 from wmeval.estimators.resample import (
+    BIAS_CHECK_LIMIT,
     BootstrapResult,
+    JackknifePlan,
+    bias_check_failed,
     boundary_interval,
     cluster_counts,
-    jackknife_bias,
     jackknife_centred,
-    jackknife_counts,
-    jackknife_weights,
+    leftover_bias,
     percentile_interval,
 )
 from wmeval.metrics import (
@@ -724,7 +725,8 @@ class Replicates:
     #: ``scale`` ``(S,)``: KID's plug-in squared distance (V-statistic), the size of the difference its replicates'
     #: linear part is built on (:func:`~wmeval.estimators.resample.boundary_interval`); for the pooled and
     #: stratified FDs, ``jackknife_bias`` ``(S,)``: the episode jackknife's bias estimate (the stratified FD's is
-    #: the strata's, weighted), which the bias-corrected form subtracts
+    #: the strata's, weighted), which the bias-corrected form subtracts, and ``leftover_bias`` ``(H, S)``: what its
+    #: two-scale check estimates the correction leaves, per half (:class:`~wmeval.estimators.resample.JackknifePlan`)
     extra: dict = field(default_factory=dict)
 
 
@@ -989,22 +991,25 @@ def _present(vs: ViewSets, key: str | None, sources: list[str], n_eps: int) -> n
     return out
 
 
-def _jackknife_biases(one: _ViewFD, vs: ViewSets, n_eps: int, n_jobs: int, progress, executor) -> np.ndarray:
-    """``(1 + strata, S)``: the episode jackknife's bias estimate of every (key, source) FD of one view
-    (:func:`~wmeval.estimators.resample.jackknife_counts` over the episodes, one resampling group as the
-    replicates'; each key's and source's weights on the episodes that hold its rows), on the same computation
-    as the replicates (the rows of all episodes included, so that the difference is the deletion's alone)."""
-    jc = jackknife_counts(np.zeros(n_eps, dtype=np.int64))
-    if not len(jc):                                                 # one episode: no bias estimate
-        return np.full((len(one.keys), len(one.sources)), np.nan)
-    rows = np.vstack([np.ones((1, n_eps), dtype=np.int64), jc])
-    blocks = replicate_blocks(rows)
+def _jackknife_biases(one: _ViewFD, vs: ViewSets, n_eps: int, n_jobs: int, progress, executor
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(bias, leftovers)``: ``(1 + strata, S)`` the episode jackknife's bias estimate of every (key, source)
+    FD of one view, and ``(H, 1 + strata, S)`` its two-scale check's estimates of the bias the correction leaves,
+    one per half of the episodes (:class:`~wmeval.estimators.resample.JackknifePlan`
+    over the episodes, one resampling group as the replicates'; each key's and source's weights on the episodes
+    that hold its rows), on the same computation as the replicates (the rows of all episodes included, so that
+    the difference is the deletion's alone)."""
+    plan = JackknifePlan.of(np.zeros(n_eps, dtype=np.int64))
+    if len(plan.counts) == 1:                                       # one episode: no bias estimate
+        shape = (len(one.keys), len(one.sources))
+        return np.full(shape, np.nan), np.full((0, *shape), np.nan)
+    # The jackknife's rows in their own blocks, then the check's: the same batches, so the same bits, as before it.
+    split = plan.parts[0][2]
+    blocks = replicate_blocks(plan.counts[:split]) + replicate_blocks(plan.counts[split:])
     fd = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks), executor,
-                                        per_item=len(blocks[0])))     # (1 + R, keys, S)
-    group = np.zeros(n_eps, dtype=np.int64)
-    return np.stack([jackknife_bias(fd[1:, k], fd[0, k], jackknife_weights(jc, group, _present(vs, key, one.sources,
-                                                                                                  n_eps)))
-                     for k, key in enumerate(one.keys)])
+                                        per_item=len(blocks[0])))     # (rows, keys, S)
+    parts = [plan.estimate(fd[:, k], _present(vs, key, one.sources, n_eps)) for k, key in enumerate(one.keys)]
+    return np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts], axis=1)
 
 
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
@@ -1034,16 +1039,18 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
         blocks = replicate_blocks(counts)
         fd = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks),
                                             executor, per_item=len(blocks[0])))   # (B, 1 + strata, S)
-        bias = _jackknife_biases(one, vs, counts.shape[1], n_jobs, progress, executor)   # (1 + strata, S)
+        bias, left = _jackknife_biases(one, vs, counts.shape[1], n_jobs, progress, executor)   # (1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
-        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled, {"jackknife_bias": bias[0]}))
+        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled,
+                              {"jackknife_bias": bias[0], "leftover_bias": left[:, 0]}))
         for i, s in enumerate(vs.strata, start=1):
             out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i], _episode_counts(vs, sources, s)))
         weights = stratum_weights(vs, cfg.strata_weights)
         w = np.array([weights[s] for s in vs.strata])
         out.append(Replicates("fd_stratified", f"{view}:{cfg.strata_weights}", sources,
                               np.tensordot(fd[:, 1:], w, axes=([1], [0])), pooled,
-                              {"jackknife_bias": np.tensordot(bias[1:], w, axes=([0], [0]))}))
+                              {"jackknife_bias": np.tensordot(bias[1:], w, axes=([0], [0])),
+                               "leftover_bias": np.tensordot(left[:, 1:], w, axes=([1], [0]))}))
         c, n = counts.astype(np.float64), counts.shape[1]
         stored = kid_blocks or {}
         xx = None if all((view, src) in stored for src in sources) else KernelBlocks.self_blocks(vs.reference, n)
@@ -1098,9 +1105,12 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
             published numbers), ``fd_bias_corrected`` (FD minus the delete-a-group jackknife's bias estimate,
             :func:`~wmeval.estimators.resample.jackknife_counts`, with the boundary interval of the replicates
             recentred on FD + that bias: the bootstrap's own estimate, ``2 FD - mean FD*``, leaves a positive
-            bias in moderate d) or ``kid`` (unbiased MMD^2 with the kernel ``(x.y / d + 1)^3``, the boundary
-            interval, :func:`~wmeval.estimators.resample.boundary_interval`, which covers a true 0 at about
-            the nominal level where a percentile interval covers it 99-100% of the time).
+            bias in moderate d; no interval, with a warning, where the correction fails its two-scale check,
+            :class:`~wmeval.estimators.resample.JackknifePlan`: with too few independent rows for the
+            dimension it leaves a bias its interval would not show) or ``kid`` (unbiased MMD^2 with the
+            kernel ``(x.y / d + 1)^3``, the boundary interval,
+            :func:`~wmeval.estimators.resample.boundary_interval`, which covers a true 0 at about the nominal
+            level where a percentile interval covers it 99-100% of the time).
         n_resamples, confidence_level, seed: B, the level, and the resampling's seed.
 
     Returns:
@@ -1148,15 +1158,26 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
     if not (ok.size and enough):
         lo, hi = np.nan, np.nan
     elif metric == "fd_bias_corrected":
-        jc = jackknife_counts(group)
+        plan = JackknifePlan.of(group)
         present = np.zeros(n, bool)
         present[inv_r], present[inv_f] = True, True
         with threadpool_limits(limits=1):
-            jk = one.many(np.vstack([np.ones((1, n)), jc]))[:, 0, 0]
-        bias = float(jackknife_bias(jk[1:], jk[0], jackknife_weights(jc, group, present)))
+            split = plan.parts[0][2]               # the jackknife's rows in one batch, as before the check
+            jk = np.concatenate([one.many(plan.counts[:split]),
+                                 *(one.many(block) for block in replicate_blocks(plan.counts[split:]))])[:, 0, 0]
+        bias, leftovers = plan.estimate(jk, present)
+        bias, leftover = float(bias), float(leftover_bias(leftovers)[0])
         fin = np.isfinite(reps)
-        lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin], point,
-                                   confidence_level)
+        if bias_check_failed(leftovers, reps[fin]):
+            warnings.warn(f"distribution_bootstrap: the jackknife's bias correction fails its two-scale check "
+                          f"(it leaves an estimated {leftover:.4g}, {abs(leftover) / np.std(reps[fin]):.1f} standard "
+                          f"deviations of the replicates; the limit is {BIAS_CHECK_LIMIT}): too few independent rows "
+                          f"for the dimension ({n} clusters, d = {real.shape[1]}); no interval (low and high are NaN). "
+                          "Compare on KID, or with more episodes", RuntimeWarning, stacklevel=2)
+            lo, hi = np.nan, np.nan
+        else:
+            lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin], point,
+                                       confidence_level)
         point -= bias
     else:
         lo, hi = percentile_interval(ok, confidence_level)

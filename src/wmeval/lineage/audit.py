@@ -337,7 +337,8 @@ def _checked_metrics(root: Path, check: bool) -> tuple[dict[str, Any], Path, lis
 
 #: Interval fields an audit lists per condition.
 INTERVAL_FIELDS = ("method", "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "unit", "baseline",
-                   "rank", "rank_low", "rank_high", "undefined_replicates", "aggregate")
+                   "rank", "rank_low", "rank_high", "undefined_replicates", "aggregate", "leftover_bias",
+                   "leftover_bias_se", "bias_check")
 
 
 def _conditions(root: Path, world: str, source: str, metric: str, chosen: dict[str, Any],
@@ -518,6 +519,9 @@ def format_lineage(lin: dict[str, Any]) -> str:
                          f"resampling unit {iv['resampling_unit']} (n = {iv['n_clusters']}), baseline "
                          f"{_fmt(iv['baseline'])}, rank {_fmt(iv['rank'])} [{_fmt(iv['rank_low'])}, "
                          f"{_fmt(iv['rank_high'])}]")
+            if iv.get("bias_check"):
+                lines.append(f"    bias check: {iv['bias_check']} (the jackknife's correction leaves an estimated "
+                             f"{_fmt(iv.get('leftover_bias'))} +- {_fmt(iv.get('leftover_bias_se'))})")
     ip = lin["interval_protocol"]
     if ip:
         b = ip["bootstrap"] or {}

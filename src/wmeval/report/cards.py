@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from wmeval.core.errors import WmevalError
+from wmeval.estimators.resample import BIAS_CHECK_LIMIT
 from wmeval.metrics import REGISTRY, MetricInfo
 
 REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
@@ -200,7 +201,10 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
     "fd_sample_counts": lambda c: {"sample counts across models": (
         "models differ in rows (K samples give K times the rows); the plug-in FD falls with N, so models are "
         "ranked and marked separated only on the bias-corrected forms, whose first-order bias is removed "
-        "on each model's own N (the delete-one-episode jackknife)")},
+        "on each model's own N (the delete-one-episode jackknife); the correction is checked by repeating it "
+        f"on halves of the episodes, and where it would leave a bias above {BIAS_CHECK_LIMIT} standard deviations of the "
+        "replicates (too few independent rows for the dimension) the row has no interval or rank "
+        "(`bias_check` failed in reports/intervals.csv)")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
     "prdc_radii": lambda c: {"radii": (
         "the k-NN radii of both sets are computed once on all rows and held fixed in the bootstrap "

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 import wmeval.report.figures as figures
+from wmeval.estimators.resample import BIAS_CHECK_LIMIT
 from wmeval.metrics import REGISTRY, Shown
 from wmeval.rendering.document import (
     Doc,
@@ -61,6 +62,8 @@ def cell(row: pd.Series | None) -> str:
         return "∞ (zero mass on a realized outcome)"
     if not np.isfinite(row.point):
         return "undefined"
+    if getattr(row, "bias_check", None) == "failed":
+        return f"{fmt(row.point)} (no interval: the bias correction fails its check ‡)"
     text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
     if np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
         text += " †"
@@ -72,7 +75,11 @@ def cell(row: pd.Series | None) -> str:
 
 OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replicates of a biased plug-in estimator "
                 "(FD: resampled episodes repeat rows, which inflates it) sit beside the point. The interval is "
-                "the plug-in's; the bias-corrected FD carries the boundary interval, around the corrected value.")
+                "the plug-in's; the bias-corrected FD carries the boundary interval, around the corrected value. "
+                "‡ Where the jackknife's correction fails its two-scale check (repeated on halves of the episodes, "
+                f"it leaves a bias above {BIAS_CHECK_LIMIT} standard deviations of the replicates and twice its own "
+                "standard error: too few independent rows for the "
+                "dimension), the bias-corrected FD has no interval, paired difference or rank interval.")
 
 
 #: Recent intervals tables' row indexes, ``id -> (table, {(source, metric, regime, condition): first row})``:
@@ -351,6 +358,8 @@ def glance(iv: pd.DataFrame, models: list[str], columns: list[Column], world: st
         lo, hi = ranks[col, best][1:]
         if len(firsts) > 1:
             sure = "tied on the point estimate with " + ", ".join(f"`{m}`" for m in firsts[1:])
+        elif r is not None and getattr(r, "bias_check", None) == "failed":
+            sure = "no rank interval: the bias correction fails its check ‡"
         elif not contenders and hi == 1:
             sure = "**separated**: rank interval [1–1] over the paired replicates"
         else:
@@ -418,32 +427,49 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                  f"bias-corrected FD {f['basic_coverage']:.1%}.")
     sets = cov.get("sets")
     if sets:
+        def one(c: dict, datasets: int) -> str:
+            held = c.get("withheld") or 0.0
+            if held >= 1.0:
+                return f"{c['design']} {c['truth']}: no interval (the bias check withheld all)"
+            text = (f"{c['coverage']:.1%}" + (f" (power {c['power']:.0%})" if "power" in c else
+                                              f" (false positives {c['false_positive_rate']:.1%})"))
+            if held > 0:
+                return (f"{c['design']} {c['truth']}: {held:.1%} withheld by the bias check, the "
+                        f"{round((1 - held) * datasets)} given covered {text}")
+            return f"{c['design']} {c['truth']}: {text}"
+
         def cells(metric: str, tab: dict) -> str:
-            return "; ".join(
-                f"{c['design']} {c['truth']}: {c['coverage']:.1%}"
-                + (f" (power {c['power']:.0%})" if "power" in c else
-                   f" (false positives {c['false_positive_rate']:.1%})")
-                for c in tab["cells"] if c["metric"] == metric)
+            return "; ".join(one(c, tab.get("datasets", 0)) for c in tab["cells"] if c["metric"] == metric)
         text += (f" The set-level intervals behind the distributional headlines, on episode-clustered Gaussian "
                  f"features ({sets['datasets']} data sets of {sets['episodes']} episodes x "
                  f"{sets['frames_per_episode']} rows, d = {sets['dim']}, rho = {sets['rho']}, closed-form truth): "
                  f"the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
                  f"{cells('kid', sets)}. Both carry the boundary interval: a test inverted for each candidate "
                  "value, whose linear term shrinks to 0 at a true 0.")
-        more = cov.get("sets_more_episodes")
-        if more:
-            text += (f" At {more['episodes']} episodes: bias-corrected FD {cells('fd_bias_corrected', more)}; "
-                     f"KID {cells('kid', more)}.")
-        mid = cov.get("sets_mid")
-        if mid:
-            text += (f" At d = {mid['dim']}: bias-corrected FD {cells('fd_bias_corrected', mid)}; "
-                     f"KID {cells('kid', mid)}.")
-        wide = cov.get("sets_wide")
-        if wide:
-            text += (f" At d = {wide['dim']} ({wide['episodes']} episodes): bias-corrected FD "
-                     f"{cells('fd_bias_corrected', wide)}; KID {cells('kid', wide)}. With fewer independent "
-                     "rows than dimensions the FD's bias is not a 1/N term the jackknife can remove: there, "
-                     "compare models on KID.")
+        def spans(metric: str, tab: dict) -> str:
+            """A part's cells in brief: the range of coverage over the intervals given, and what was withheld."""
+            cs = [c for c in tab["cells"] if c["metric"] == metric]
+            held = [c for c in cs if (c.get("withheld") or 0.0) > 0.5]
+            given = [c["coverage"] for c in cs if c not in held and c["coverage"] is not None]
+            def span(v: list[float]) -> str:
+                return f"{min(v):.1%}" if min(v) == max(v) else f"{min(v):.1%}-{max(v):.1%}"
+
+            parts = [span(given)] if given else []
+            if held:
+                parts.append(f"withheld by its bias check in {span([c['withheld'] for c in held])} of data sets ("
+                             + ", ".join(f"{c['design']} {c['truth']}" for c in held) + ")")
+            return "; ".join(parts)
+
+        parts = [(f"{p['episodes']} episodes" if key == "sets_more_episodes" else f"d = {p['dim']}", p)
+                 for key in ("sets_more_episodes", "sets_mid", "sets_wide") if (p := cov.get(key))]
+        if parts:
+            text += " Elsewhere (`benchmarks/results/coverage.json`, README): " + ". ".join(
+                f"At {name}, KID {spans('kid', p)}, bias-corrected FD {spans('fd_bias_corrected', p)}"
+                for name, p in parts) + "."
+        if cov.get("sets_wide"):
+            text += (" With fewer independent rows than dimensions the FD's bias is not a 1/N term the jackknife "
+                     "removes; its two-scale check (the correction repeated on halves of the episodes) then "
+                     "withholds the interval: compare models on KID.")
     return text
 
 
@@ -850,7 +876,8 @@ def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFra
 
 INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",
                     "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank", "rank_low", "rank_high", "method",
-                    "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "undefined_replicates"]
+                    "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "undefined_replicates",
+                    "leftover_bias", "leftover_bias_se", "bias_check"]
 
 
 def interval_table(intervals: pd.DataFrame, protocol: dict[str, Any]) -> pd.DataFrame:
