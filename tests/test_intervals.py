@@ -478,28 +478,71 @@ def test_jackknife_of_a_subset_is_the_jackknife_of_the_subset_alone():
     assert full - bias == pytest.approx(np.var(xs, ddof=1), rel=1e-12)      # the unbiased variance of the subset
 
 
+def _deterministic(plan, present=None, a=7.0, c=5.0):
+    """A statistic whose value depends only on how many clusters with rows a row keeps: a / m + c / m^2 per
+    resampling group (its bias; the truth is 0), summed over the groups; ``(R,)`` or ``(R, S)``."""
+    pres = np.ones((1, plan.counts.shape[1]), bool) if present is None else np.atleast_2d(present)
+    total = 0.0
+    for lab in sorted(set(plan.group.tolist()), key=str):
+        m = ((plan.counts[:, None, :] > 0) & pres[None] & (plan.group == lab)).sum(axis=2).astype(float)
+        with np.errstate(divide="ignore"):                 # a row without such clusters: infinite, unused
+            total = total + a / m + c / m ** 2
+    return total[:, 0] if present is None else total
+
+
 @pytest.mark.parametrize("n", [8, 32, 100])
 def test_two_scale_check_estimates_what_the_jackknife_leaves(n):
     """A statistic with bias 7 / m: the jackknife removes it and the check finds nothing left; with 7 / m + 5 / m^2
-    the corrected value keeps about -5 / m^2, and the check estimates it (every half sees the same form)."""
+    the corrected value keeps -5 / (m (m - g)) for deletion groups of g, and the check recovers it: exactly where
+    the groups are equal (delete-one, or 100 = 32 groups of 3 or 4: within 1%)."""
     from wmeval.estimators.resample import JackknifePlan, leftover_bias
 
     plan = JackknifePlan.of(np.zeros(n, dtype=int))
-    m = (plan.counts > 0).sum(axis=1).astype(float)
-    bias, halves = plan.estimate(7.0 / m)
+    bias, halves = plan.estimate(_deterministic(plan, c=0.0))
     assert bias == pytest.approx(7.0 / n, rel=1e-9) and np.abs(halves).max() < 1e-12
-    values = 7.0 / m + 5.0 / m ** 2
+    values = _deterministic(plan)
     bias, halves = plan.estimate(values)
     left, se = leftover_bias(halves)
-    kept = values[0] - bias                       # the corrected value; the truth is 0
-    assert kept < 0 and left == pytest.approx(kept, rel=0.25)
+    kept = values[0] - bias
+    assert kept < 0 and left == pytest.approx(kept, rel=1e-9 if n <= 32 else 1e-2)
     # Per series, on the clusters that hold its rows (the second lacks a quarter of them).
     present = np.ones((2, n), bool)
     present[1, :n // 4] = False
-    mm = (plan.counts[:, None, :] * present[None]).astype(bool).sum(axis=2).astype(float)
-    bias2, halves2 = plan.estimate(7.0 / mm, present)
-    assert bias2 == pytest.approx(7.0 / present.sum(axis=1), rel=1e-9) and halves2.shape == (4, 2)
-    assert np.abs(halves2).max() < 1e-12
+    values = _deterministic(plan, present)
+    bias2, halves2 = plan.estimate(values, present)
+    kept2 = values[0] - bias2
+    assert halves2.shape == (4, 2)
+    assert leftover_bias(halves2)[0] == pytest.approx(kept2, rel=0.02)
+
+
+def test_two_scale_check_with_independent_sides_and_few_clusters():
+    """Two resampling groups (independent sides): each side's leftover grows by its own ratio, so the check
+    recovers a sum of per-side terms. With 3 or 4 clusters the two halvings are distinct (there are only 3), so
+    the halves' spread is not a copy of itself; a half whose deletions weigh nothing gives NaN, not the plug-in."""
+    from wmeval.estimators.resample import JackknifePlan, leftover_bias
+
+    group = np.repeat([0, 1], 16)
+    plan = JackknifePlan.of(group)
+    assert plan.halves.sum(axis=1).tolist() == [16, 16, 16, 16]
+    assert all((plan.halves[:, group == g].sum(axis=1) == 8).all() for g in (0, 1))
+    values = _deterministic(plan)
+    bias, halves = plan.estimate(values)
+    assert leftover_bias(halves)[0] == pytest.approx(values[0] - bias, rel=1e-9)
+    for n in (3, 4):
+        plan = JackknifePlan.of(np.zeros(n, dtype=int))
+        assert len(plan.halves) == 4 and len({h.tobytes() for h in plan.halves}) == 4
+        _, halves = plan.estimate(_deterministic(plan))
+        assert np.isfinite(halves).sum() == (2 if n == 3 else 4)      # a half of 1 cluster has no jackknife
+    # A series whose rows in a half lie in one of its deletion groups: that half has no correction for it (every
+    # deletion removes all or none of them), so no estimate, where the plug-in would have passed for one.
+    plan = JackknifePlan.of(np.zeros(40, dtype=int))
+    first = np.flatnonzero(plan.halves[0])[:3]                       # the half's first deletion group (20 in 8)
+    assert (plan.counts[plan.parts[1][1]][first] == 0).all()
+    present = np.ones((2, 40), bool)
+    present[1] = plan.halves[1]
+    present[1, first] = True
+    _, halves = plan.estimate(_deterministic(plan, present), present)
+    assert np.isnan(halves[0, 1]) and np.isfinite(halves[0, 0]) and np.isfinite(halves[1, 1])
 
 
 def test_bias_corrected_fd_withholds_its_interval_where_the_correction_fails():
@@ -524,31 +567,50 @@ def test_bias_corrected_fd_withholds_its_interval_where_the_correction_fails():
 
 def test_a_failed_bias_check_leaves_the_point_and_withholds_the_rest():
     """replicate_rows: a source whose halves agree on a leftover above the limit loses its interval, paired
-    difference and rank interval (the scorecard says why); the other keeps them; the columns carry the numbers."""
+    difference and rank interval (the scorecard says why), and lends none: the others' paired differences and
+    rank intervals are taken among themselves, and with a failed baseline there are no paired differences."""
     from wmeval.bootstrap.intervals import replicate_rows
     from wmeval.estimators.distributional import Replicates
     from wmeval.report.scorecard import cell
 
     rng = np.random.default_rng(23)
     counts = resample_counts(32, 300, rng)
-    reps = rng.normal(0.3, 0.05, size=(300, 2))
-    halves = np.array([[0.002, 0.08], [0.004, 0.09], [-0.001, 0.085], [0.003, 0.075]])   # sd 0.05: 0.75 sd = 0.0375
-    wpts = pd.DataFrame({"metric": ["fd", "fd"], "condition": ["frame:pooled"] * 2, "source": ["a", "b"],
-                         "value": [0.3, 0.31]})
-    rows = replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b"], reps, np.array([32, 32]),
-                                           {"jackknife_bias": np.array([0.02, 0.02]), "leftover_bias": halves})],
-                          wpts, BOOT, "a", counts)
-    bc = {r["source"]: r for r in rows if r["metric"] == "fd_bias_corrected"}
-    assert bc["a"]["bias_check"] == "passed" and bc["b"]["bias_check"] == "failed"
+    # Paired replicates (a shared episode effect): b would rank first, and a beats c in every replicate.
+    reps = rng.normal(0.3, 0.05, size=(300, 1)) + rng.normal(0, 0.005, size=(300, 3)) + np.array([0.0, -0.2, 0.05])
+    halves = np.array([[0.002, 0.08, 0.001], [0.004, 0.09, 0.0], [-0.001, 0.085, 0.002], [0.003, 0.075, -0.001]])
+    wpts = pd.DataFrame({"metric": ["fd"] * 3, "condition": ["frame:pooled"] * 3, "source": ["a", "b", "c"],
+                         "value": [0.3, 0.1, 0.35]})
+
+    def rows_with(base):
+        out = replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b", "c"], reps, np.array([32, 32, 32]),
+                                              {"jackknife_bias": np.full(3, 0.02), "leftover_bias": halves})],
+                             wpts, BOOT, base, counts)
+        return {r["source"]: r for r in out if r["metric"] == "fd_bias_corrected"}
+
+    bc = rows_with("a")
+    assert [bc[s]["bias_check"] for s in "abc"] == ["passed", "failed", "passed"]
     assert bc["b"]["leftover_bias"] == pytest.approx(0.0825) and bc["b"]["leftover_bias_se"] > 0
-    assert np.isfinite([bc["a"]["low"], bc["a"]["high"], bc["a"]["rank_low"]]).all()
     assert np.isnan([bc["b"][k] for k in ("low", "high", "diff_low", "p_better", "rank_low", "rank_high")]).all()
-    assert bc["b"]["point"] == pytest.approx(0.29)
+    assert bc["b"]["point"] == pytest.approx(0.08)
+    # a and c are ranked between themselves (b, always better, would have pushed both down a rank).
+    assert (bc["a"]["rank_low"], bc["a"]["rank_high"], bc["c"]["rank_low"], bc["c"]["rank_high"]) == (1, 1, 2, 2)
+    assert bc["c"]["p_better"] == 0.0 and bc["c"]["diff_point"] == pytest.approx(0.05)
     assert "no interval: the bias correction fails its check" in cell(pd.Series(bc["b"]))
     assert "[" in cell(pd.Series(bc["a"]))
+    failed_base = rows_with("b")
+    assert all(np.isnan(failed_base[s]["diff_point"]) and np.isnan(failed_base[s]["p_better"]) for s in "abc")
+    assert failed_base["a"]["rank_high"] == 1 and np.isfinite(failed_base["c"]["low"])
+    halves = halves[:, :2]
+    reps, wpts = reps[:, :2], wpts.iloc[:2]
+    counts_2 = counts
+
+    def two(h):
+        return replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b"], reps, np.array([32, 32]),
+                                               {"jackknife_bias": np.array([0.02, 0.02]), "leftover_bias": h})],
+                              wpts, BOOT, "a", counts_2)
     # Halves that disagree (a leftover within twice its standard error) do not fail the check.
     noisy = np.array([[0.0, 0.3], [0.0, -0.2], [0.0, 0.25], [0.0, -0.15]])
-    rows = replicate_rows("w", [Replicates("fd", "frame:pooled", ["a", "b"], reps, np.array([32, 32]),
-                                           {"jackknife_bias": np.array([0.02, 0.02]), "leftover_bias": noisy})],
-                          wpts, BOOT, "a", counts)
-    assert [r["bias_check"] for r in rows if r["metric"] == "fd_bias_corrected"] == ["passed", "passed"]
+    assert [r["bias_check"] for r in two(noisy) if r["metric"] == "fd_bias_corrected"] == ["passed", "passed"]
+    # Fewer than 2 usable halves: not checked.
+    lone = np.array([[0.0, 0.3], [0.0, np.nan], [np.nan, np.nan], [np.nan, np.nan]])
+    assert [r["bias_check"] for r in two(lone) if r["metric"] == "fd_bias_corrected"] == ["passed", "unchecked"]

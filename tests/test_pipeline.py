@@ -123,7 +123,8 @@ def test_report_outputs_protocol_cards_and_dvc_plots(project):
     assert corrected and all(r["bias_check"] in {"passed", "failed", "unchecked"} for r in corrected)
     assert all(r["bias_check"] == "" for r in rows if not r["metric"].endswith("_bias_corrected"))
     assert all(r["low"] == r["high"] == "" for r in corrected if r["bias_check"] == "failed")
-    assert "halves of the episodes" in cards["blobs"]["fd_bias_corrected"]["open_loop"]["sample counts across models"]
+    assert "halves of the episodes" in cards["blobs"]["fd_bias_corrected"]["open_loop"]["bias check"]
+    assert "bias check" not in cards["blobs"]["fd"]["open_loop"]
     prov = json.loads((project / "reports" / "provenance.json").read_text())
     assert prov["git"]["commit"] and set(prov["dvc_lock"]) >= {"rollouts", "features", "statistics", "bootstrap"}
 

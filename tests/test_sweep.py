@@ -275,3 +275,21 @@ def test_queued_sweep_shares_the_cache_and_audits(tmp_path):
     assert r.returncode == 2 and "refusing to audit" in r.stderr
     assert "reports/metrics.json (out of stage 'bootstrap'): md5 " in r.stderr and f"dvc.lock expects {expected}" \
         in r.stderr
+
+
+def test_a_withheld_interval_claims_neither_a_move_nor_noise():
+    """A setting whose interval is missing (a bias-corrected FD withheld by its bias check: null in metrics.json)
+    is left out of the stability check, and a flipped pair with a missing interval is not judged."""
+    df, pcols, _ = collect(_show(_grid()))
+    gone = (df.experiment == "pixel-4-1") & (df.source == "a") & (df.metric == "fd")
+    df.loc[gone, ["low", "high"]] = np.nan
+    st, _ = stability(df, pcols)
+    fd_a = st[(st.metric == "fd") & (st.source == "a") & (st["encoder.name"] == "pixel")]
+    assert fd_a.settings.tolist() == [3] and fd_a.min_point.iloc[0] == pytest.approx(1.375)   # 1.75 left out
+    es, _ = encoder_sensitivity(df, pcols)
+    row = es[(es["protocol.n_episodes"] == 4) & (es["protocol.num_samples"] == 1)].iloc[0]
+    assert row.flipped_pairs == ["a vs b"] and row.flips_within_noise == [None]
+    other = es[(es["protocol.n_episodes"] == 8) & (es["protocol.num_samples"] == 1)].iloc[0]
+    assert other.flips_within_noise == [False]
+    _, md = render_sweep(df, pcols, [])
+    assert "protocol.num_samples=1 | other vs pixel | 3 | 0.3333 | a vs b (no interval) |" in md

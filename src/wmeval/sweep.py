@@ -309,10 +309,13 @@ def encoder_sensitivity(df: pd.DataFrame, pcols: list[str]) -> tuple[pd.DataFram
                     mi, mj = models[i], models[j]
 
                     def overlap(T):
-                        return max(T.loc[mi, "low"], T.loc[mj, "low"]) <= min(T.loc[mi, "high"], T.loc[mj, "high"])
+                        b = [float(T.loc[m, k]) for m in (mi, mj) for k in ("low", "high")]
+                        return None if not np.all(np.isfinite(b)) else max(b[0], b[2]) <= min(b[1], b[3])
 
                     flips.append(f"{mi} vs {mj}")
-                    noise.append(bool(overlap(A) or overlap(B)))
+                    # None: an interval is missing (withheld by a bias check), so noise cannot be judged.
+                    a, b = overlap(A), overlap(B)
+                    noise.append(True if (a or b) else None if a is None or b is None else False)
             rows.append({**rec0, "encoder_a": ea, "encoder_b": eb, "n_models": len(models), "kendall_tau": tau,
                          "flipped_pairs": flips, "flips_within_noise": noise})
     if not rows:
@@ -326,7 +329,7 @@ def stability(df: pd.DataFrame, pcols: list[str]) -> tuple[pd.DataFrame, str | N
     Columns: the group keys, ``settings`` (how many sample-count settings), ``min_point``,
     ``max_point``, ``rel_spread`` ((max - min) / |mean|), ``intervals_overlap`` (one value lies in
     every interval), ``width_smallest``, ``width_largest`` (interval widths at the fewest and the
-    most samples, ordered by n_episodes x num_samples).
+    most samples, ordered by n_episodes x num_samples). Settings without an interval are left out.
     """
     pcols = group_keys(df, pcols)
     counts = [c for c in (N_KEY, K_KEY) if c in pcols]
@@ -337,6 +340,8 @@ def stability(df: pd.DataFrame, pcols: list[str]) -> tuple[pd.DataFrame, str | N
     rows = []
     for key, g in exps.groupby(["world", "source", "metric", "condition", *others], dropna=False, sort=True):
         g = g.drop_duplicates(subset=counts)
+        # Settings without an interval (a bias-corrected FD whose check withheld it) cannot show a move.
+        g = g[np.isfinite(g.low.astype(float)) & np.isfinite(g.high.astype(float))]
         if len(g) < 2:
             continue
         size = np.prod([g[c].astype(float).to_numpy() for c in counts], axis=0)
@@ -471,8 +476,9 @@ def _encoder_section(d: Doc, es: pd.DataFrame, pcols: list[str], level: float) -
         "and weighted conditions only; every condition is in encoder_sensitivity.csv.")
     rows = [[r.world, r.metric, r.condition, _params_label(r, others), f"{r.encoder_a} vs {r.encoder_b}",
              str(r.n_models), _num(r.kendall_tau),
-             "; ".join(f"{p}{' (within noise)' if n else ''}" for p, n in
-                       zip(r.flipped_pairs, r.flips_within_noise)) or "none"]
+             "; ".join(f"{p}{n if isinstance(n, str) else ' (within noise)' if n else ''}" for p, n in
+                       zip(r.flipped_pairs, [" (no interval)" if n is None else n for n in r.flips_within_noise]))
+             or "none"]
             for _, r in es.iterrows() if _headline(r.condition)]
     _table(d, ["world", "metric", "condition", "other params", "encoders", "models", "Kendall tau",
                "flipped pairs"], rows)

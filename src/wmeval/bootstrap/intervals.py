@@ -35,6 +35,7 @@ from wmeval.estimators.distributional import (
     view_sets,
 )
 from wmeval.estimators.resample import (
+    BIAS_CHECK_LIMIT,
     JackknifePlan,
     bias_check_failed,
     boundary_interval,
@@ -289,12 +290,23 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
             # corrected point (summarize(interval="basic") of replicates whose mean is that point).
             bias = r.extra["jackknife_bias"]
             corrected = point - bias
+            leftovers = r.extra.get("leftover_bias", np.full((0, len(r.sources)), np.nan))
+            failed = np.atleast_1d(bias_check_failed(leftovers, r.values)).astype(bool)
+            # A source whose correction fails its check neither gets nor lends a comparison: the paired
+            # differences, P(better) and ranks are taken among the others (none at all when it is the baseline).
             group = summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, r.sources, corrected,
                               jackknife_centred(r.values, corrected, 0.0), n, boot, base, interval="basic",
                               n_resamples=B)
+            keep = [j for j in range(len(r.sources)) if not failed[j]]
+            if len(keep) < len(r.sources):
+                kept = summarize({**key, "metric": BIAS_CORRECTED[r.metric]}, [r.sources[j] for j in keep],
+                                 corrected[keep], jackknife_centred(r.values[:, keep], corrected[keep], 0.0),
+                                 n[keep], boot, base, interval="basic", n_resamples=B)
+                by_source = {row["source"]: row for row in kept}
+                group = [by_source.get(row["source"], row) for row in group]
             _boundary(group, point, jackknife_centred(r.values, point, bias), counts, point, n,
                       boot.confidence_level)
-            _bias_check(group, r.extra.get("leftover_bias", np.full((0, len(r.sources)), np.nan)), r.values)
+            _bias_check(group, leftovers, failed)
             rows += group
     return rows
 
@@ -303,14 +315,14 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
 WITHHELD = ("low", "high", "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank_low", "rank_high")
 
 
-def _bias_check(group: list[dict], leftovers: np.ndarray, reps: np.ndarray) -> None:
+def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) -> None:
     """Give each bias-corrected row its two-scale check (:class:`~wmeval.estimators.resample.JackknifePlan`;
-    ``leftovers`` ``(H, S)``, one estimate per half of the episodes): ``leftover_bias``, what the jackknife's
-    correction is estimated to leave, with its standard error ``leftover_bias_se``, and ``bias_check`` (passed,
-    failed, or unchecked without 2 usable halves). A failed row keeps its point but no interval, paired difference,
-    P(better) or rank interval: its bias is not of the form the correction removes, and nothing in its replicates
-    shows it."""
-    failed = np.atleast_1d(bias_check_failed(leftovers, reps))
+    ``leftovers`` ``(H, S)``, one estimate per half of the episodes; ``failed`` ``(S,)`` from
+    :func:`~wmeval.estimators.resample.bias_check_failed`): ``leftover_bias``, what the jackknife's correction is
+    estimated to leave, with its standard error ``leftover_bias_se``, and ``bias_check`` (passed, failed, or
+    unchecked without 2 usable halves). A failed row keeps its point (and the point's rank) but no interval,
+    paired difference, P(better) or rank interval: its bias is not of the form the correction removes, and
+    nothing in its replicates shows it."""
     mean, se = (np.atleast_1d(v) for v in leftover_bias(leftovers))
     for j, row in enumerate(group):
         row["leftover_bias"], row["leftover_bias_se"] = float(mean[j]), float(se[j])
@@ -436,6 +448,11 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                                                "recentred on FD + the jackknife's bias), so that it covers a true "
                                                "0 (paired differences and ranks: KID's replicates themselves, the "
                                                "bias-corrected FDs' reflected around the corrected point); "
+                                               "the bias-corrected FDs' correction is checked on halves of the "
+                                               "episodes (JackknifePlan), and a row whose estimated leftover "
+                                               f"bias is above {BIAS_CHECK_LIMIT} replicate standard deviations "
+                                               "and twice its own standard error has no interval, paired "
+                                               "difference or rank interval, and takes no part in the others'; "
                                                "fd_infinity is refitted in each of its own replicates (basic "
                                                "interval)",
                              "strata": "strata are crossed with episodes (every episode runs every plan), so "

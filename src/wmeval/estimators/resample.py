@@ -310,7 +310,8 @@ def jackknife_bias(values: np.ndarray, base: np.ndarray | float, weights: np.nda
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim < v.ndim:
         w = w.reshape((-1,) + (1,) * (v.ndim - 1)) * np.ones_like(v)
-    terms = w * (v - np.asarray(base, dtype=np.float64))
+    with np.errstate(invalid="ignore"):              # an undefined (infinite) row with weight 0: unused
+        terms = w * (v - np.asarray(base, dtype=np.float64))
     used = (w != 0) & np.isfinite(terms)
     out = np.where(used, terms, 0.0).sum(axis=0)
     return np.where(used.any(axis=0) | ~(w != 0).any(axis=0), out, np.nan)[()]
@@ -346,7 +347,9 @@ class JackknifePlan:
     times; each half's jackknife deletes ``BIAS_CHECK_GROUPS`` groups): for a statistic with bias
     ``a / m + c / m^2``, the correction deleting groups of ``g`` leaves ``-c / (m (m - g))``, so
     ``(corrected on the half - corrected on all) / (m (m - g) / (m_h (m_h - g_h)) - 1)``, averaged over the
-    halves, estimates what the correction leaves on all ``m`` clusters (Richardson's two-scale estimate).
+    halves, estimates what the correction leaves on all ``m`` clusters (Richardson's two-scale estimate; ``m``,
+    ``g`` per resampling group, counting the clusters with rows, and the ratio averaged over the groups: exact
+    for per-group terms of that form).
 
     ``counts`` ``(R, N)``: row 0 every cluster, then the jackknife's rows (:func:`jackknife_counts`), then per half
     its mask and its own jackknife rows. Evaluate the statistic on every row, then :meth:`estimate`.
@@ -368,14 +371,16 @@ class JackknifePlan:
         group = np.asarray(group)
         n = len(group)
         rng = make_rng(seed, "jackknife halves", n)
-        halves = []
+        halves: list[np.ndarray] = []
         for _ in range(splits):
-            a = np.zeros(n, bool)
-            for label in sorted(set(group.tolist()), key=str):
-                members = rng.permutation(np.flatnonzero(group == label))
-                a[members[:len(members) // 2]] = True
-            if a.any() and not a.all():
-                halves += [a, ~a]
+            for _try in range(64):                   # distinct halvings (few clusters have few of them)
+                a = np.zeros(n, bool)
+                for label in sorted(set(group.tolist()), key=str):
+                    members = rng.permutation(np.flatnonzero(group == label))
+                    a[members[:len(members) // 2]] = True
+                if a.any() and not a.all() and not any((a == h).all() for h in halves):
+                    halves += [a, ~a]
+                    break
         rows, parts = [np.ones((1, n), dtype=np.int64)], []
         for within in [None, *halves]:
             jc = (jackknife_counts(group) if within is None else
@@ -394,34 +399,47 @@ class JackknifePlan:
         (NaN where a half lacks 2 clusters with rows, or holds all of them); :func:`bias_check_failed` reads them."""
         v = np.asarray(values, dtype=np.float64)
         pres = np.ones(len(self.group), bool) if present is None else np.asarray(present, bool)
-        m_all = np.atleast_2d(pres).sum(axis=-1).astype(np.float64)
+        pres2 = np.atleast_2d(pres)                                                   # (S or 1, N)
+        labels = sorted(set(self.group.tolist()), key=str)
 
         def bias_of(part: tuple, within: np.ndarray | None):
             base, start, stop = part
             if stop == start:
                 return np.full(v.shape[1:], np.nan)[()]
             w = jackknife_weights(self.counts[start:stop], self.group, pres, within)
-            return jackknife_bias(v[start:stop], v[base], w)
+            b = jackknife_bias(v[start:stop], v[base], w)
+            if within is None:
+                return b
+            # A half whose deletions weigh nothing for a series has no correction for it: NaN, not the plug-in.
+            return np.where((np.asarray(w) != 0).any(axis=0), b, np.nan)[()]
 
-        def corrected(part: tuple, within: np.ndarray | None):
-            return v[part[0]] - bias_of(part, within)
+        def sizes(part: tuple, within: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+            """Per resampling group ``(L, S)``: the clusters with rows, and the mean size of the deletion groups
+            among them (those clusters over the deletion rows that remove any of them)."""
+            _, start, stop = part
+            inside = np.ones(len(self.group), bool) if within is None else within
+            deleted = self.counts[start:stop] == 0                                    # (r, N)
+            m, g = [], []
+            for lab in labels:
+                mine = pres2 & inside & (self.group == lab)                            # (S, N)
+                m.append(mine.sum(axis=-1).astype(np.float64))
+                k = (deleted[:, None, :] & mine[None]).any(axis=-1).sum(axis=0)       # (S,)
+                g.append(m[-1] / np.maximum(k, 1))
+            return np.array(m), np.array(g)
 
         bias = bias_of(self.parts[0], None)
         full = v[0] - bias
-        # The deletion groups' mean size among the clusters with rows: m / min(m, groups) per resampling group.
-        labels = sorted(set(self.group.tolist()), key=str)
-        g_all = np.mean([m / np.minimum(np.maximum(m, 1), JACKKNIFE_GROUPS) for m in
-                         (np.atleast_2d(pres & (self.group == lab)).sum(axis=-1) for lab in labels)], axis=0)
+        m_all, g_all = sizes(self.parts[0], None)
         left = []
         for part, within in zip(self.parts[1:], self.halves):
-            m_h = (np.atleast_2d(pres) & within).sum(axis=-1).astype(np.float64)
-            g_h = np.mean([m / np.minimum(np.maximum(m, 1), BIAS_CHECK_GROUPS) for m in
-                           (np.atleast_2d(pres & within & (self.group == lab)).sum(axis=-1) for lab in labels)],
-                          axis=0)
+            m_h, g_h = sizes(part, within)
+            # Per resampling group the leftover -c / (m (m - g)) grows by this ratio on the half; with two
+            # groups (independent sides) their mean. A group the half leaves with fewer than 2 clusters, or
+            # none removed: no estimate.
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where((m_h >= 2) & (m_h < m_all),
-                                 m_all * (m_all - g_all) / (m_h * (m_h - g_h)) - 1.0, np.nan)
-            left.append((corrected(part, within) - full) / (ratio if v.ndim > 1 and pres.ndim > 1 else ratio[0]))
+                                 m_all * (m_all - g_all) / (m_h * (m_h - g_h)) - 1.0, np.nan).mean(axis=0)
+            left.append((v[part[0]] - bias_of(part, within) - full) / (ratio if v.ndim > 1 else ratio[0]))
         halves = np.array(left) if left else np.full((0, *v.shape[1:]), np.nan)
         return np.asarray(bias)[()], halves
 

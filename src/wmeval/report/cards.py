@@ -201,10 +201,13 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
     "fd_sample_counts": lambda c: {"sample counts across models": (
         "models differ in rows (K samples give K times the rows); the plug-in FD falls with N, so models are "
         "ranked and marked separated only on the bias-corrected forms, whose first-order bias is removed "
-        "on each model's own N (the delete-one-episode jackknife); the correction is checked by repeating it "
-        f"on halves of the episodes, and where it would leave a bias above {BIAS_CHECK_LIMIT} standard deviations of the "
-        "replicates (too few independent rows for the dimension) the row has no interval or rank "
-        "(`bias_check` failed in reports/intervals.csv)")},
+        "on each model's own N (the delete-one-episode jackknife)")},
+    "fd_bias_check": lambda c: {"bias check": (
+        "the jackknife's correction is repeated on 4 random halves of the episodes and what it leaves is "
+        f"estimated (Richardson's two-scale estimate); above {BIAS_CHECK_LIMIT} standard deviations of the "
+        "replicates and twice its own standard error (too few independent rows for the dimension), the row has "
+        "no interval, paired difference or rank interval, and takes no part in the others' (`leftover_bias`, "
+        "`leftover_bias_se`, `bias_check` in reports/intervals.csv)")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
     "prdc_radii": lambda c: {"radii": (
         "the k-NN radii of both sets are computed once on all rows and held fixed in the bootstrap "

@@ -102,9 +102,16 @@ def lookup(iv: pd.DataFrame, source: str, metric: str, regime: str, condition: s
     return None if i is None else iv.iloc[i]
 
 
+def _unchecked_models(iv: pd.DataFrame, models: list[str], metric: str, regime: str, condition: str) -> list[str]:
+    """The models whose bias-corrected value failed its two-scale check in this column: ranked among the others
+    they are not, so no model is called separated beside them."""
+    rows = [(m, lookup(iv, m, metric, regime, condition)) for m in models]
+    return [m for m, r in rows if r is not None and r.get("bias_check") == "failed"]
+
+
 def separated_best(iv: pd.DataFrame, models: list[str], metric: str, regime: str, condition: str) -> str | None:
     """The model ranked first with a rank interval of exactly [1, 1] (paired replicates), else None."""
-    if not REGISTRY[metric].ranked:
+    if not REGISTRY[metric].ranked or _unchecked_models(iv, models, metric, regime, condition):
         return None
     for m in models:
         r = lookup(iv, m, metric, regime, condition)
@@ -358,8 +365,9 @@ def glance(iv: pd.DataFrame, models: list[str], columns: list[Column], world: st
         lo, hi = ranks[col, best][1:]
         if len(firsts) > 1:
             sure = "tied on the point estimate with " + ", ".join(f"`{m}`" for m in firsts[1:])
-        elif r is not None and getattr(r, "bias_check", None) == "failed":
-            sure = "no rank interval: the bias correction fails its check ‡"
+        elif unchecked := _unchecked_models(iv, models, metric, regime, cond):
+            sure = ("no rank interval: the bias correction of " + ", ".join(f"`{m}`" for m in unchecked)
+                    + " fails its check ‡")
         elif not contenders and hi == 1:
             sure = "**separated**: rank interval [1–1] over the paired replicates"
         else:
@@ -449,8 +457,8 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
         def spans(metric: str, tab: dict) -> str:
             """A part's cells in brief: the range of coverage over the intervals given, and what was withheld."""
             cs = [c for c in tab["cells"] if c["metric"] == metric]
-            held = [c for c in cs if (c.get("withheld") or 0.0) > 0.5]
-            given = [c["coverage"] for c in cs if c not in held and c["coverage"] is not None]
+            held = [c for c in cs if (c.get("withheld") or 0.0) > 0]
+            given = [c["coverage"] for c in cs if (c.get("withheld") or 0.0) <= 0.5 and c["coverage"] is not None]
             def span(v: list[float]) -> str:
                 return f"{min(v):.1%}" if min(v) == max(v) else f"{min(v):.1%}-{max(v):.1%}"
 
