@@ -590,10 +590,12 @@ def test_a_failed_bias_check_leaves_the_point_and_withholds_the_rest():
     bc = rows_with("a")
     assert [bc[s]["bias_check"] for s in "abc"] == ["passed", "failed", "passed"]
     assert bc["b"]["leftover_bias"] == pytest.approx(0.0825) and bc["b"]["leftover_bias_se"] > 0
-    assert np.isnan([bc["b"][k] for k in ("low", "high", "diff_low", "p_better", "rank_low", "rank_high")]).all()
+    assert np.isnan([bc["b"][k] for k in ("low", "high", "diff_low", "p_better", "rank", "rank_low",
+                                          "rank_high")]).all()
     assert bc["b"]["point"] == pytest.approx(0.08)
     # a and c are ranked between themselves (b, always better, would have pushed both down a rank).
     assert (bc["a"]["rank_low"], bc["a"]["rank_high"], bc["c"]["rank_low"], bc["c"]["rank_high"]) == (1, 1, 2, 2)
+    assert (bc["a"]["rank"], bc["c"]["rank"]) == (1, 2)
     assert bc["c"]["p_better"] == 0.0 and bc["c"]["diff_point"] == pytest.approx(0.05)
     assert "no interval: the bias correction fails its check" in cell(pd.Series(bc["b"]))
     assert "[" in cell(pd.Series(bc["a"]))

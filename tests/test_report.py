@@ -16,6 +16,7 @@ from wmeval.report.scorecard import (
     interval_table,
     metric_table,
     plot_data,
+    ranking,
     separated_best,
 )
 
@@ -63,6 +64,20 @@ def test_glance_says_how_sure():
     fd.loc[0, ["low", "high"]] = np.nan
     row = glance(fd, ["a", "b", "c"], [("FD", "fd_bias_corrected", "open_loop", "frame:pooled")], "w").rows[0]
     assert row[2] == "`a`" and "no interval" in row[3] and row[4].startswith("no rank interval"), row
+
+
+def test_ranking_leaves_a_failed_bias_check_out_of_its_column():
+    """The others' rank intervals are taken among themselves, so their ranks by point must be too: counting the
+    failed model (best by point) would show c as "3 [2–2]", outside its own interval."""
+    cols = [("FD", "fd_bias_corrected", "open_loop", "frame:pooled"), ("MSE", "pixel_mse", "teacher_forced", "all")]
+    fd = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(np.nan, np.nan, np.nan), (1, 1, 1), (2, 2, 2)],
+               metric="fd_bias_corrected", regime="open_loop", condition="frame:pooled")
+    fd["bias_check"] = ["failed", "passed", "passed"]
+    mse = _rows({"a": 1.0, "b": 2.0, "c": 3.0}, [(1, 1, 1), (2, 2, 2), (3, 3, 3)])
+    t = ranking(pd.concat([fd, mse], ignore_index=True), ["a", "b", "c"], cols)
+    assert [row[1:] for row in t.rows] == [["not ranked: its bias correction fails its check ‡", "1 [1–1]"],
+                                           ["1 [1–1]", "2 [2–2]"], ["2 [2–2]", "3 [3–3]"]], t.rows
+    assert "rk1" in t.classes[1][1] and "rklast" in t.classes[2][1] and "changed" in t.classes[1][2]
 
 
 def _doc(t: Table) -> Doc:

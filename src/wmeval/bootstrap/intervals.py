@@ -312,7 +312,7 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
 
 
 #: What a row whose bias correction fails its two-scale check no longer carries.
-WITHHELD = ("low", "high", "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank_low", "rank_high")
+WITHHELD = ("low", "high", "rank", "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank_low", "rank_high")
 
 
 def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) -> None:
@@ -320,9 +320,9 @@ def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) ->
     ``leftovers`` ``(H, S)``, one estimate per half of the episodes; ``failed`` ``(S,)`` from
     :func:`~wmeval.estimators.resample.bias_check_failed`): ``leftover_bias``, what the jackknife's correction is
     estimated to leave, with its standard error ``leftover_bias_se``, and ``bias_check`` (passed, failed, or
-    unchecked without 2 usable halves). A failed row keeps its point (and the point's rank) but no interval,
-    paired difference, P(better) or rank interval: its bias is not of the form the correction removes, and
-    nothing in its replicates shows it."""
+    unchecked without 2 usable halves). A failed row keeps its point but no interval, paired difference,
+    P(better), rank or rank interval (the others are ranked among themselves): its bias is not of the form the
+    correction removes, and nothing in its replicates shows it."""
     mean, se = (np.atleast_1d(v) for v in leftover_bias(leftovers))
     for j, row in enumerate(group):
         row["leftover_bias"], row["leftover_bias_se"] = float(mean[j]), float(se[j])

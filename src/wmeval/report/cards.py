@@ -206,7 +206,7 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
         "the jackknife's correction is repeated on 4 random halves of the episodes and what it leaves is "
         f"estimated (Richardson's two-scale estimate); above {BIAS_CHECK_LIMIT} standard deviations of the "
         "replicates and twice its own standard error (too few independent rows for the dimension), the row has "
-        "no interval, paired difference or rank interval, and takes no part in the others' (`leftover_bias`, "
+        "no interval, paired difference, rank or rank interval, and takes no part in the others' (`leftover_bias`, "
         "`leftover_bias_se`, `bias_check` in reports/intervals.csv)")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
     "prdc_radii": lambda c: {"radii": (

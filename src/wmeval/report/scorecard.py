@@ -79,7 +79,7 @@ OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replica
                 "‡ Where the jackknife's correction fails its two-scale check (repeated on halves of the episodes, "
                 f"it leaves a bias above {BIAS_CHECK_LIMIT} standard deviations of the replicates and twice its own "
                 "standard error: too few independent rows for the "
-                "dimension), the bias-corrected FD has no interval, paired difference or rank interval.")
+                "dimension), the bias-corrected FD has no interval, paired difference or rank.")
 
 
 #: Recent intervals tables' row indexes, ``id -> (table, {(source, metric, regime, condition): first row})``:
@@ -296,13 +296,20 @@ def curve_tables(cv: pd.DataFrame, models: list[str], wp: dict[str, Any], frames
     return out
 
 
-def ranks_of(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> tuple[list[Column], dict]:
-    """Per usable column, each model's (rank by point, rank_low, rank_high) or None."""
+def ranks_of(iv: pd.DataFrame, models: list[str], columns: list[Column],
+             checked_only: bool = False) -> tuple[list[Column], dict]:
+    """Per usable column, each model's (rank by point, rank_low, rank_high) or None.
+
+    ``checked_only``: rank only the models whose bias correction passed its check (the others' rank intervals
+    are taken among themselves, :func:`wmeval.bootstrap.intervals.replicate_rows`, so a rank by point that
+    counted a failed model could fall outside them)."""
     used, ranks = [], {}
     for col in columns:
         _, metric, regime, cond = col
         info = REGISTRY[metric]
         vals = {m: lookup(iv, m, metric, regime, cond) for m in models}
+        if checked_only:
+            vals = {m: (None if r is not None and r.get("bias_check") == "failed" else r) for m, r in vals.items()}
         bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)}
         if len(bad) < 2:
             continue
@@ -321,17 +328,24 @@ def ranking(iv: pd.DataFrame, models: list[str], columns: list[Column]) -> Table
     """Rank of each model (1 = best, by point estimate) in each layer's headline metric, with rank intervals.
 
     HTML classes: ``rk1`` for rank 1, ``rklast`` for the last rank, ``changed`` where a model's rank
-    differs from its rank in the previous column (seed 002: rankings change between layers).
+    differs from its rank in the previous column (seed 002: rankings change between layers). A model whose
+    bias-corrected value failed its two-scale check is not ranked in that column; the others are ranked among
+    themselves, as their rank intervals are.
     """
-    used, ranks = ranks_of(iv, models, columns)
+    used, ranks = ranks_of(iv, models, columns, checked_only=True)
     if not used:
         return None
     last = {col: max(r[0] for m in models if (r := ranks[col, m]) is not None) for col in used}
+    failed = {col: set(_unchecked_models(iv, models, *col[1:])) for col in used}
     rows, classes = [], []
     for m in models:
         cells, cls, prev = [], [""], None
         for col in used:
             r = ranks[col, m]
+            if m in failed[col]:
+                cells.append("not ranked: its bias correction fails its check ‡")
+                cls.append("")
+                continue
             if r is None:
                 cells.append("–")
                 cls.append("")
@@ -610,7 +624,9 @@ def _ranking_section(v: WorldView) -> None:
               "interval of the model's rank over the paired bootstrap replicates in brackets. In the HTML, rank 1 "
               "is green, the last rank red, and a gold frame marks a rank that differs from the model's rank in "
               "the column before it. A model that wins every column is rare; the column it loses tells you what "
-              "to fix.")
+              "to fix." + (" ‡ A model whose bias-corrected value fails its two-scale check is not ranked in "
+                           "that column; the others are ranked among themselves." if any(
+                               _unchecked_models(iv, models, *c[1:]) for c in rank_cols) else ""))
         doc.table(rk)
         base = wp.get("baseline")
         if base:
