@@ -176,3 +176,11 @@ def test_audit_compares_each_table_with_its_own_stage_code(tmp_path):
     notes = []
     _code_check(tmp_path, [{"metadata": {"code": {"wmeval": "0.1.0", "source_sha256": "x"}}}], notes)
     assert notes and "records no stage" in notes[0]
+
+
+def test_missing_numbers_read_n_a():
+    """A failed bias check withholds the row's rank and interval (NaN in intervals.csv): the audit says n/a, as
+    it does for a value that is absent, never "nan"."""
+    from wmeval.lineage.audit import _fmt
+
+    assert [_fmt(float("nan")), _fmt(None), _fmt(0.000123456789), _fmt(3)] == ["n/a", "n/a", "0.000123457", "3"]

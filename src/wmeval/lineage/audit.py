@@ -464,8 +464,10 @@ def lineage(root: Path, spec: str, condition: str | None = None, check: bool = T
 # ----------------------------------------------------------------------------- text
 
 def _fmt(x: Any) -> str:
+    """A value for the audit's text: a number to 6 significant digits, ``n/a`` for a missing one (None or NaN,
+    such as the rank and interval a failed bias check withholds)."""
     if isinstance(x, float):
-        return f"{x:.6g}"
+        return "n/a" if x != x else f"{x:.6g}"
     return "n/a" if x is None else str(x)
 
 
