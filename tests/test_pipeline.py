@@ -177,6 +177,7 @@ def test_scorecard_html_renders_offline_in_chromium(project, tmp_path):
     # Every rank shown lies in its own rank interval (a model left out of a column is left out of its ranks).
     ranks = [tuple(map(int, m)) for m in re.findall(r'>(\d+) <span class="iv">\[(\d+)–(\d+)\]</span>', page)]
     assert ranks and all(lo <= rk <= hi for rk, lo, hi in ranks), [r for r in ranks if not r[1] <= r[0] <= r[2]]
+    assert ("not ranked: its bias correction fails" in page) == ("is not ranked in that column" in page)
     assert (artifacts / "scorecard_first_screen.png").exists()
 
 

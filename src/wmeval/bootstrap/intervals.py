@@ -452,7 +452,8 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                                                "episodes (JackknifePlan), and a row whose estimated leftover "
                                                f"bias is above {BIAS_CHECK_LIMIT} replicate standard deviations "
                                                "and twice its own standard error has no interval, paired "
-                                               "difference or rank interval, and takes no part in the others'; "
+                                               "difference, P(better), rank or rank interval, and takes no part "
+                                               "in the others'; "
                                                "fd_infinity is refitted in each of its own replicates (basic "
                                                "interval)",
                              "strata": "strata are crossed with episodes (every episode runs every plan), so "

@@ -79,7 +79,8 @@ OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replica
                 "‡ Where the jackknife's correction fails its two-scale check (repeated on halves of the episodes, "
                 f"it leaves a bias above {BIAS_CHECK_LIMIT} standard deviations of the replicates and twice its own "
                 "standard error: too few independent rows for the "
-                "dimension), the bias-corrected FD has no interval, paired difference or rank.")
+                "dimension), the bias-corrected FD keeps its value but has no interval, paired difference, "
+                "P(better) or rank interval, and the other models are ranked among themselves.")
 
 
 #: Recent intervals tables' row indexes, ``id -> (table, {(source, metric, regime, condition): first row})``:
@@ -626,7 +627,7 @@ def _ranking_section(v: WorldView) -> None:
               "the column before it. A model that wins every column is rare; the column it loses tells you what "
               "to fix." + (" ‡ A model whose bias-corrected value fails its two-scale check is not ranked in "
                            "that column; the others are ranked among themselves." if any(
-                               _unchecked_models(iv, models, *c[1:]) for c in rank_cols) else ""))
+                               c.startswith("not ranked") for row in rk.rows for c in row) else ""))
         doc.table(rk)
         base = wp.get("baseline")
         if base:
