@@ -308,9 +308,8 @@ def ranks_of(iv: pd.DataFrame, models: list[str], columns: list[Column],
     for col in columns:
         _, metric, regime, cond = col
         info = REGISTRY[metric]
-        vals = {m: lookup(iv, m, metric, regime, cond) for m in models}
-        if checked_only:
-            vals = {m: (None if r is not None and r.get("bias_check") == "failed" else r) for m, r in vals.items()}
+        skip = set(_unchecked_models(iv, models, metric, regime, cond)) if checked_only else set()
+        vals = {m: None if m in skip else lookup(iv, m, metric, regime, cond) for m in models}
         bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)}
         if len(bad) < 2:
             continue
