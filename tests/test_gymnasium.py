@@ -93,6 +93,38 @@ def test_area_resize_is_the_block_mean():
     np.testing.assert_array_equal(w._resize(rgb), np.round(want).astype(np.uint8))
 
 
+def test_area_resize_gives_torchs_bytes_without_importing_torch():
+    """The area filter is written in numpy (importing torch cost every frame-world stage 2 s) and must give the
+    bytes of its peer, torch's interpolate(mode='area') rounded: down, up and mixed, odd sizes, 1 and 3
+    channels, constant and saturated images. A resize that needs neither torch nor torchvision imports neither."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from wmeval.worlds.gymnasium import area_resize
+
+    rng = np.random.default_rng(7)
+    for trial in range(150):
+        hh, ww = (int(v) for v in rng.integers(1, 300, 2))
+        sizes = (rng.integers(1, 2 * hh + 2), rng.integers(1, 2 * ww + 2)) if trial % 4 == 0 else rng.integers(1, 90, 2)
+        h, w = (int(v) for v in sizes)
+        x = rng.integers(0, 256, (hh, ww, 1 + 2 * (trial % 2)), dtype=np.uint8)
+        if trial % 5 == 0:
+            x[:] = rng.integers(0, 256)
+        if trial % 7 == 0:
+            x = (rng.random(x.shape) < 0.5).astype(np.uint8) * 255
+        t = torch.nn.functional.interpolate(torch.from_numpy(x).permute(2, 0, 1)[None].float(), size=(h, w),
+                                            mode="area")[0]
+        want = t.round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+        np.testing.assert_array_equal(area_resize(x, h, w), want, err_msg=f"{x.shape} -> {(h, w)}")
+    code = ("import sys, numpy as np; from wmeval.worlds.gymnasium import resize_frame; "
+            "resize_frame(np.zeros((400, 600, 3), np.uint8), 64, 48); "
+            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_box_actions_pendulum():
     w = GymnasiumWorld(name="gp", env_id="Pendulum-v1", frame_height=32, frame_width=32, grayscale=True)
     assert capabilities(w) == {"episodes", "branch", "state"} and w.frame_shape == (32, 32, 1)

@@ -62,6 +62,43 @@ def test_repro_writes_every_declared_output(project):
     assert set(lock["stages"]) == {"rollouts", "features", "statistics", "bootstrap", "human", "report"}
 
 
+#: The report's run record: its git state, time and the dvc.lock it saw (the scorecard renders it last).
+RUN_RECORD = ("reports/provenance.json", "reports/scorecard.md", "reports/scorecard.html")
+
+
+def _output_digests(project, dirs):
+    import hashlib
+
+    return {p.relative_to(project).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted((project / d).rglob("*")) if p.is_file()}
+
+
+def test_parallel_stages_give_the_serial_bytes(project):
+    """The fixture's `dvc repro` ran under pytest-xdist with WMEVAL_JOBS=1 (tests/conftest.py): every stage serial.
+    The stages whose work is a forked map (statistics' parts, the bootstrap's replicates, the report's figures)
+    run again here with two workers each and must write the same bytes, every output file of theirs."""
+    dirs = ("data/stats", "data/bootstrap", "reports")
+    before = _output_digests(project, dirs)
+    # The run record (its time, git state and the dvc.lock it saw) differs by design: compared up to it, and its
+    # three files put back afterwards, so that DVC finds the workspace as the fixture left it.
+    record = {name: (project / name).read_bytes() for name in RUN_RECORD}
+    for stage in ("statistics", "bootstrap", "report"):
+        r = subprocess.run([sys.executable, f"stages/{stage}.py"], cwd=project,
+                           env={**os.environ, "WMEVAL_JOBS": "2"}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+    try:
+        after = _output_digests(project, dirs)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        assert len(before) > 20 and set(changed) <= set(RUN_RECORD), changed
+        for name in ("reports/scorecard.md", "reports/scorecard.html"):
+            old, new = record[name].decode(), (project / name).read_text()
+            cut = "Provenance</h2>" if name.endswith(".html") else "## Provenance"
+            assert cut in new and new[:new.index(cut)] == old[:old.index(cut)], name
+    finally:
+        for name, data in record.items():
+            (project / name).write_bytes(data)
+
+
 def test_second_repro_has_nothing_to_do(project):
     r = run([str(BIN / "dvc"), "repro"], project)
     assert "Data and pipelines are up to date" in r.stdout

@@ -285,6 +285,25 @@ def test_fork_map_keeps_item_order_and_equals_the_serial_map():
     assert sum(done) == len(items)
 
 
+def test_wmeval_jobs_caps_the_workers_and_a_bad_value_is_named(monkeypatch):
+    import os
+
+    from wmeval.core.errors import WmevalError
+    from wmeval.core.parallel import usable_cores
+
+    monkeypatch.delenv("WMEVAL_JOBS", raising=False)
+    cores = usable_cores()
+    assert cores == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("WMEVAL_JOBS", "1")
+    assert usable_cores() == 1
+    monkeypatch.setenv("WMEVAL_JOBS", str(cores + 5))
+    assert usable_cores() == cores
+    for bad in ("two", "0", "-1"):
+        monkeypatch.setenv("WMEVAL_JOBS", bad)
+        with pytest.raises(WmevalError, match=f"WMEVAL_JOBS = '{bad}'"):
+            usable_cores()
+
+
 def test_fork_map_workers_die_with_a_killed_parent(tmp_path):
     """A stage killed mid-run (SIGKILL, OOM) must not leave its forked workers behind, each blocked on a queue
     nobody writes to: they used to outlive the reliability tests' killed bootstrap."""

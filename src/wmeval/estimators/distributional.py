@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from wmeval.core.config import ScoringConfig
 from wmeval.core.errors import WmevalError
-from wmeval.core.parallel import can_fork, fork_map
+from wmeval.core.parallel import can_fork, fork_map, usable_cores
 from wmeval.core.rng import make_rng
 from wmeval.estimators.resample import (
     BIAS_CHECK_LIMIT,
@@ -922,7 +921,7 @@ def _map_replicates(fn, items, n_jobs: int | None, progress, executor, per_item:
     if can_fork():
         return fork_map(fn, items, n_jobs, None if progress is None else progress.update)
     out = []
-    with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or os.cpu_count() or 1) as pool:
+    with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_jobs or usable_cores()) as pool:
         for v in pool.map(fn, items):
             out.append(v)
             if progress is not None:
@@ -1031,7 +1030,7 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     KID's block sums per (view, source) as the statistics stage stored them (:func:`stored_kid_blocks`,
     checked against these rows); the others are built here.
     """
-    n_jobs = n_jobs or os.cpu_count() or 1
+    n_jobs = n_jobs or usable_cores()
     out: list[Replicates] = []
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])

@@ -38,6 +38,7 @@ state: the same frame and observation, reward 0), so every plan has H steps.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import re
@@ -181,34 +182,65 @@ def _software_rendered(gym, env_id: str | None) -> bool:
     return name.split(":")[0].startswith(SOFTWARE_RENDERED)
 
 
+@functools.lru_cache(maxsize=32)
+def _area_matrix(size: int, out: int) -> np.ndarray:
+    """``(out, size)``: row ``i`` is 1 on adaptive average pooling's window of output ``i`` along one axis, input
+    ``[floor(i size / out), ceil((i + 1) size / out))`` (torch's integer formulas), 0 elsewhere (read-only:
+    cached, every frame of a world has the same sizes)."""
+    i = np.arange(out, dtype=np.int64)[:, None]
+    j = np.arange(size, dtype=np.int64)[None, :]
+    m = ((j >= (i * size) // out) & (j < -((-(i + 1) * size) // out))).astype(np.float64)
+    m.flags.writeable = False
+    return m
+
+
+def area_resize(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``(H, W, C)`` uint8 to ``(height, width, C)`` uint8 by the area filter: each output pixel the mean of its
+    adaptive-pooling window, rounded half to even, as ``torch.nn.functional.interpolate(mode="area")`` then
+    ``round()`` gives (tests/test_gymnasium.py checks it against torch on many sizes).
+
+    Exactly those bytes, without importing torch (2 s of a stage's start-up): the window sums are integers, exact
+    in the float64 products here and in torch's float32 (below 2^24); a division is correctly rounded, and a
+    rational ``sum / count`` within one float32 ulp of a half-integer is that half-integer, so the rounding
+    agrees whatever precision and order torch divides in."""
+    x = np.asarray(img)
+    hh, ww, ch = x.shape
+    rows = _area_matrix(hh, height) @ x.reshape(hh, ww * ch).astype(np.float64)           # (height, W * C)
+    cols = _area_matrix(ww, width) @ rows.reshape(height, ww, ch).transpose(1, 0, 2).reshape(ww, height * ch)
+    sums = cols.reshape(width, height, ch).transpose(1, 0, 2)
+    count = _area_matrix(hh, height).sum(axis=1)[:, None] * _area_matrix(ww, width).sum(axis=1)[None, :]
+    return np.clip(np.rint(sums / count[..., None]), 0, 255).astype(np.uint8)
+
+
 def resize_frame(rgb: np.ndarray, height: int | None, width: int | None, resize_filter: str = "area",
                  antialias: bool = True, grayscale: bool = False) -> np.ndarray:
     """One ``(H, W, C)`` uint8 image to ``(height, width, 1 or 3)`` uint8 (``None`` keeps that side).
 
-    ``area`` is the block mean (``torch.nn.functional.interpolate(mode="area")``); ``bilinear``,
-    ``bicubic`` and ``nearest`` go through torchvision's resize (``antialias`` low-passes first).
-    ``grayscale`` is ITU-R 601-2 luma (torchvision).
+    ``area`` is the block mean (:func:`area_resize`, the bytes of ``torch.nn.functional.interpolate(mode="area")``);
+    ``bilinear``, ``bicubic`` and ``nearest`` go through torchvision's resize (``antialias`` low-passes first).
+    ``grayscale`` is ITU-R 601-2 luma (torchvision). torch and torchvision are imported only where they are used
+    (grayscale or a torchvision filter): importing torchvision costs 5 s, its ops import ``torch._dynamo``.
     """
+    if resize_filter not in FILTERS:
+        raise ValueError(f"resize_filter must be one of {FILTERS}, got {resize_filter!r}")
+    rgb = np.asarray(rgb)
+    rgb = np.ascontiguousarray((rgb[..., None] if rgb.ndim == 2 else rgb)[..., :3])
+    h, w = height or rgb.shape[0], width or rgb.shape[1]
+    if not (grayscale and rgb.shape[2] == 3) and ((h, w) == rgb.shape[:2] or resize_filter == "area"):
+        return rgb.copy() if (h, w) == rgb.shape[:2] else area_resize(rgb, h, w)
     import torch
     from torchvision.transforms.v2 import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    if resize_filter not in FILTERS:
-        raise ValueError(f"resize_filter must be one of {FILTERS}, got {resize_filter!r}")
-    rgb = np.asarray(rgb)
-    rgb = rgb[..., None] if rgb.ndim == 2 else rgb
-    img = torch.from_numpy(np.ascontiguousarray(rgb[..., :3])).permute(2, 0, 1)
+    img = torch.from_numpy(rgb).permute(2, 0, 1)
     if grayscale and img.shape[0] == 3:
         img = F.rgb_to_grayscale(img)
-    h, w = height or img.shape[1], width or img.shape[2]
     if (h, w) != tuple(img.shape[1:]):
         if resize_filter == "area":
-            x = torch.nn.functional.interpolate(img[None].float(), size=(h, w), mode="area")[0]
-            img = x.round().clamp(0, 255).to(torch.uint8)
-        else:
-            mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
-                    "nearest": InterpolationMode.NEAREST}[resize_filter]
-            img = F.resize(img, [h, w], interpolation=mode, antialias=antialias)
+            return area_resize(img.permute(1, 2, 0).numpy(), h, w)
+        mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+                "nearest": InterpolationMode.NEAREST}[resize_filter]
+        img = F.resize(img, [h, w], interpolation=mode, antialias=antialias)
     return img.permute(1, 2, 0).numpy().copy()
 
 
