@@ -209,11 +209,22 @@ def test_ranking_marks_first_last_and_changes():
     assert t.classes[2][1] == "num rklast" and t.rows[2][2] == "–"
 
 
-def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes():
+def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes(monkeypatch):
     """The scorecard's figures are built and drawn at the end in forked processes: each placeholder becomes
     exactly the SVG the figure gives when drawn in place, in its own position, whether the figure was built before
     (figure_svg) or is built there too (deferred_figure; a build may return "" for no figure)."""
+    from wmeval.core import parallel
     from wmeval.rendering.htmlpage import deferred_figure, deferred_figures, figure_svg, new_figure
+
+    monkeypatch.setenv("WMEVAL_JOBS", "2")                  # forked here, whatever the suite runs its stages with
+    pools = []
+
+    class Counted(parallel.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Counted)
 
     def make(i):
         fig, ax = new_figure()
@@ -231,6 +242,7 @@ def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes():
         page = resolve("<p>a</p>" + "<p>b</p>".join(marks))
     assert page == "<p>a</p>" + "<p>b</p>".join(direct + [direct[0], "", direct[2]])
     assert [deferred_figure(built, i) for i in range(3)] == [direct[0], "", direct[2]]      # outside: at once
+    assert pools == [2]                                     # one pool of two forked workers drew them
 
 
 def test_figures_show_savefigs_tight_box_from_one_draw():
