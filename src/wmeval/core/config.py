@@ -119,8 +119,8 @@ class BootstrapConfig:
         n_resamples_fd_infinity: B for FD-infinity, whose replicates each refit the extrapolation over
             episode subsets: the first of the distributional replicates' resamplings, so at most
             ``n_resamples_distributional`` are used (the smaller of the two; the cards give B).
-        n_jobs: workers for the distributional replicates (forked processes on Linux, else threads; 0: all
-            cores); results do not depend on it.
+        n_jobs: workers for the distributional replicates (forked processes on Linux, else threads; 0: every
+            core this process may run on, at most ``$WMEVAL_JOBS``); results do not depend on it.
     """
 
     name: str
