@@ -22,7 +22,7 @@ os.environ["WMEVAL_WEIGHTS_DIR"] = str(_TMP / "weights")
 # Every process that loads this file (pytest-xdist's controller and each worker) removes its own at exit.
 atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 # Under pytest-xdist (one worker per core) the workers already keep every core busy, so the stages they run fork
-# no workers of their own (README, "Parallelism"): measured on the tiny pipeline, forked workers cost 18% more
+# no workers of their own (README, "Parallelism"): measured on the tiny pipeline, forked workers cost a fifth more
 # CPU time for the same bits. test_pipeline.py's test_parallel_stages_give_the_serial_bytes runs them forked.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["WMEVAL_JOBS"] = "1"

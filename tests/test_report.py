@@ -242,7 +242,7 @@ def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes(monkeypatch
         page = resolve("<p>a</p>" + "<p>b</p>".join(marks))
     assert page == "<p>a</p>" + "<p>b</p>".join(direct + [direct[0], "", direct[2]])
     assert [deferred_figure(built, i) for i in range(3)] == [direct[0], "", direct[2]]      # outside: at once
-    assert pools == [2]                                     # one pool of two forked workers drew them
+    assert pools == ([2] if parallel.usable_cores() >= 2 else [])   # two forked workers drew them (one core: serial)
 
 
 def test_figures_show_savefigs_tight_box_from_one_draw():

@@ -196,10 +196,10 @@ def test_queued_sweep_shares_the_cache_and_audits(tmp_path):
     # N = 4 rolls out the committed run's ground truth: num_samples changes only the models) and FD against 1/N
     # (two values of N at one K).
     _run([dvc, "exp", "run", "--queue", "-S", "protocol.num_samples=1", "-S", "protocol.n_episodes=4,6"], proj, env)
-    # Two workers, as the README runs them: the experiments side by side. The counts below do not depend on which
-    # finishes first: the N = 4 experiment's ground truth is the baseline's (embedded before the queue starts) and
-    # the N = 6 experiment shares no row with either. (The call returns once the workers have stopped: they hold
-    # its output pipes.)
+    # Two workers, as the README runs them: the experiments side by side. The asserted counts do not depend on
+    # which finishes first: the N = 4 experiment's ground truth is all the baseline's (embedded before the queue
+    # starts), and the N = 6 experiment's has episodes no run had (its rows the baseline also has are hits either
+    # way). (The call returns once the workers have stopped: they hold its output pipes.)
     _run([dvc, "queue", "start", "-j", "2"], proj, env)
     deadline = time.time() + 600
     while True:

@@ -199,10 +199,13 @@ def area_resize(img: np.ndarray, height: int, width: int) -> np.ndarray:
     adaptive-pooling window, rounded half to even, as ``torch.nn.functional.interpolate(mode="area")`` then
     ``round()`` gives (tests/test_gymnasium.py checks it against torch on many sizes).
 
-    Exactly those bytes, without importing torch (2 s of a stage's start-up): the window sums are integers, exact
-    in the float64 products here and in torch's float32 (below 2^24); a division is correctly rounded, and a
-    rational ``sum / count`` within one float32 ulp of a half-integer is that half-integer, so the rounding
-    agrees whatever precision and order torch divides in."""
+    Those bytes, without importing torch (2 s of a stage's start-up; torchvision 5 s), wherever a window covers at
+    most 65,793 pixels (255 times its area below 2^24, so that torch's float32 window sum is exact too: every
+    frame world's sizes; a 1080p frame to 4 x 4 is beyond it): the window sums are integers, exact in the float64
+    products here; a division is correctly rounded, and a rational ``sum / count`` is either a half-integer,
+    exact in both, or at least ``1 / (2 count)`` from one, far more than either's rounding, so the rounding to
+    integers agrees whatever precision and order torch divides in. Beyond that bound torch's sums round and its
+    result may be 1 off this exact one."""
     x = np.asarray(img)
     hh, ww, ch = x.shape
     rows = _area_matrix(hh, height) @ x.reshape(hh, ww * ch).astype(np.float64)           # (height, W * C)
