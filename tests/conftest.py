@@ -66,6 +66,24 @@ def make_project(dest: Path, overrides: list[str]) -> Path:
     return dest
 
 
+#: The report's run record: its time, git state and the dvc.lock it saw differ between runs of the same outputs by
+#: design (the scorecard renders it as its last section).
+RUN_RECORD = ("reports/provenance.json", "reports/scorecard.md", "reports/scorecard.html")
+
+
+def output_digests(project: Path, dirs=("data", "reports")) -> dict:
+    """sha256 of every output file under ``dirs`` of ``project`` (relative paths), the run record and dot files aside."""
+    import hashlib
+
+    out = {}
+    for d in dirs:
+        for p in sorted((project / d).rglob("*")):
+            rel = p.relative_to(project).as_posix()
+            if p.is_file() and rel not in RUN_RECORD and not p.name.startswith("."):
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
 def run_checked(cmd, cwd, env, check=True):
     """Run a command; with ``check``, fail with the tail of its output when it exits non-zero."""
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import make_project
+from conftest import RUN_RECORD, make_project, output_digests
 
 from wmeval.core.config import compose_text
 from wmeval.tables import read_metadata
@@ -63,17 +63,6 @@ def test_repro_writes_every_declared_output(project):
     assert set(lock["stages"]) == {"rollouts", "features", "statistics", "bootstrap", "human", "report"}
 
 
-#: The report's run record: its git state, time and the dvc.lock it saw (the scorecard renders it last).
-RUN_RECORD = ("reports/provenance.json", "reports/scorecard.md", "reports/scorecard.html")
-
-
-def _output_digests(project, dirs):
-    import hashlib
-
-    return {p.relative_to(project).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in dirs for p in sorted((project / d).rglob("*")) if p.is_file()}
-
-
 def test_parallel_stages_give_the_serial_bytes(project):
     """The fixture's `dvc repro` ran every stage serial (WMEVAL_JOBS=1, as tests/conftest.py also sets it for the
     stages pytest-xdist workers run). The stages whose work is a forked map run again here with two workers each
@@ -83,7 +72,7 @@ def test_parallel_stages_give_the_serial_bytes(project):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: WMEVAL_JOBS=2 would run these stages serial too")
     dirs = ("data/rollouts", "data/bootstrap", "reports")
-    before = _output_digests(project, dirs)
+    before = output_digests(project, dirs)
     # The run record (its time, git state and the dvc.lock it saw) differs by design: compared up to it, and its
     # three files put back afterwards, so that DVC finds the workspace as the fixture left it.
     record = {name: (project / name).read_bytes() for name in RUN_RECORD}
@@ -92,9 +81,9 @@ def test_parallel_stages_give_the_serial_bytes(project):
             r = subprocess.run([sys.executable, f"stages/{stage}.py"], cwd=project,
                                env={**os.environ, "WMEVAL_JOBS": "2"}, capture_output=True, text=True)
             assert r.returncode == 0, r.stderr[-3000:]
-        after = _output_digests(project, dirs)
-        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-        assert len(before) > 30 and set(changed) <= set(RUN_RECORD), changed
+        after = output_digests(project, dirs)
+        assert len(before) > 30 and after == before, sorted(k for k in set(before) | set(after)
+                                                            if before.get(k) != after.get(k))
         for name in ("reports/scorecard.md", "reports/scorecard.html"):
             old, new = record[name].decode(), (project / name).read_text()
             cut = "Provenance</h2>" if name.endswith(".html") else "## Provenance"

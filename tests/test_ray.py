@@ -5,7 +5,6 @@ imports Ray; the shared embedding cache stays whole and its counters exact under
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_project
+from conftest import make_project, output_digests
 
 from wmeval.core.config import ExecutionConfig, compose_text, validate_params
 from wmeval.core.errors import ConfigError
@@ -80,22 +79,6 @@ def _run(cmd, cwd, env, check=True, timeout=900):
     if check and r.returncode != 0:
         raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r
-
-
-#: The one output that differs: the run record (its git state and params, execution included, by design); the
-#: scorecard renders it as its appendix.
-RUN_RECORD = ("reports/provenance.json", "reports/scorecard.md", "reports/scorecard.html")
-
-
-def _digests(project: Path) -> dict:
-    """sha256 of every output file of every stage (data/ and reports/), the run record aside."""
-    out = {}
-    for f in ("data", "reports"):
-        for p in sorted((project / f).rglob("*")):
-            rel = p.relative_to(project).as_posix()
-            if p.is_file() and rel not in RUN_RECORD and not p.name.startswith("."):
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
 
 
 def _scorecard_without_run_record(project: Path) -> str:
@@ -185,7 +168,7 @@ def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tm
     project = make_project(tmp_path / "p", common)
     env = {**env, "DVC_NO_ANALYTICS": "1", "WMEVAL_CACHE_DIR": str(tmp_path / "cache-local")}
     _run([str(BIN / "dvc"), "repro"], project, env)
-    local, local_card = _digests(project), _scorecard_without_run_record(project)
+    local, local_card = output_digests(project), _scorecard_without_run_record(project)
     assert {k.split("/")[1] for k in local if k.startswith("data/")} == {"rollouts", "features", "stats",
                                                                         "bootstrap", "human"}
     # The same stages on the cluster, from a cold cache, in small shards (many tasks, both nodes busy).
@@ -220,7 +203,7 @@ def test_ray_gives_the_local_bytes_on_two_nodes_with_a_worker_killed(cluster, tm
     # but read what the Ray stages wrote).
     for stage in ("statistics", "bootstrap", "human", "report"):
         _run([sys.executable, f"stages/{stage}.py"], project, env_ray)
-    ray_digests = _digests(project)
+    ray_digests = output_digests(project)
     assert ray_digests == local, {k for k in set(local) | set(ray_digests) if ray_digests.get(k) != local.get(k)}
     assert _scorecard_without_run_record(project) == local_card
     # The cluster's cache holds what the local one does (every row embedded once, no corrupt shard).
