@@ -37,3 +37,35 @@ def test_start_up_floor_runs_exactly_the_stage_imports(bench):
         code = bench.stage_imports(stage)
         compile(code, stage, "exec")
         assert "wmeval" in code and "def " not in code and "run(" not in code
+
+
+def test_a_jackknifed_replicate_of_the_data_itself_is_the_shipped_bias_corrected_fd():
+    """benchmarks/fd_replicate_spread.py's jackknifed replicate: on multiplicities all 1 (no copies) its delete-a-group
+    jackknife over the held episodes is the delete-one jackknife, so it must equal distribution_bootstrap's
+    bias-corrected FD; and a resample is jackknifed over the episodes it holds, an episode drawn twice deleted once
+    (both copies), one not drawn not at all."""
+    import numpy as np
+
+    from wmeval.estimators import distributional as dist
+    from wmeval.stats import distribution_bootstrap
+
+    spec = importlib.util.spec_from_file_location("bench_spread", ROOT / "benchmarks" / "fd_replicate_spread.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(3)
+    ep = np.repeat(np.arange(12), 5)
+    x, y = rng.normal(size=(60, 3)), rng.normal(size=(60, 3)) + 0.2
+    for fake_ids in (ep, ep + 12):                     # paired, then independent sides
+        inv_r, inv_f, group = dist._cluster_index(ep, fake_ids)
+        one = dist._ViewFD.of(dist.ViewSets("frame", dist.Side(x, inv_r, np.full(60, "all")),
+                                            {"fake": dist.Side(y, inv_f, np.full(60, "all"))}, []), len(group))
+        ones = np.ones((1, len(group)), np.int64)
+        got, evaluations = mod._jackknifed(one, ones, group, one.many(ones)[:, 0, 0])
+        want = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=fake_ids, metric="fd_bias_corrected",
+                                      n_resamples=2 * len(group) + 3).point
+        assert got[0] == pytest.approx(want, rel=1e-9, abs=1e-12) and evaluations == len(group)
+        twice = ones.copy()
+        twice[0, 0], twice[0, 1] = 2, 0                # episode 0 drawn twice, episode 1 not at all
+        base = one.many(twice)[:, 0, 0]
+        got, evaluations = mod._jackknifed(one, twice, group, base)
+        assert evaluations == len(group) - 1 and np.isfinite(got[0]) and got[0] != base[0]
