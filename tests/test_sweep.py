@@ -112,6 +112,24 @@ def test_analyses_recover_known_values():
     assert not fd_a.intervals_overlap                              # 1.75 - 0.1 > 1.375 + 0.1
 
 
+def test_stability_orders_each_groups_settings_by_sample_count():
+    """The fewest and the most samples' interval widths are each group's own, whatever the table's row order: with
+    widths made distinct per setting and per model, and the rows shuffled, every group reads its widths at
+    N x K = 4 (fewest) and 16 (most), and its own points."""
+    df, pcols, _ = collect(_show(_grid()))
+    size = df["protocol.n_episodes"].astype(float) * df["protocol.num_samples"].astype(float)
+    offset = df.source.map({"a": 0.0, "b": 0.01, "c": 0.02}).astype(float)
+    df = df.assign(low=df.point - 0.01 * size - offset, high=df.point + 0.01 * size + offset)
+    st, why = stability(df.sample(frac=1.0, random_state=3), pcols)
+    assert why is None and len(st) == 12                       # 2 encoders x 3 models x 2 metrics
+    for _, r in st.iterrows():
+        off = {"a": 0.0, "b": 0.01, "c": 0.02}[r.source]
+        assert r.width_smallest == pytest.approx(2 * (0.04 + off)) and r.width_largest == pytest.approx(2 * (0.16 + off))
+        own = df[(df.kind == "experiment") & (df.source == r.source) & (df.metric == r.metric)
+                 & (df["encoder.name"] == r["encoder.name"])].point
+        assert (r.min_point, r.max_point, r.settings) == (own.min(), own.max(), 4)
+
+
 def test_report_sections_say_when_there_is_no_data(tmp_path):
     one = [r for r in _grid() if r[1]["encoder"]["name"] == "pixel" and r[1]["protocol"]["n_episodes"] == 4]
     df, pcols, skipped = collect(_show(one))
