@@ -1,4 +1,4 @@
-"""Why the bias-corrected FD's interval is conservative at a true 0 in moderate dimension, and what the exact remedy costs.
+"""Why the bias-corrected FD's interval is conservative at a true 0 in moderate dimension, and what correcting each replicate costs.
 
 The bias-corrected FD is the plug-in FD minus the episode jackknife's bias estimate. For a statistic of the form
 of a V-statistic (which the FD is, to second order, in the episodes' moments) that correction removes the
@@ -14,9 +14,10 @@ rho = 0.5, d = 4, 16, 64, paired and independent sides, truth 0). Per data set, 
 resampled episodes:
 
 - ``plugin``: the shipped replicates (plug-in FDs recentred on FD + the jackknife's bias);
-- ``jackknifed``: each replicate's own bias-corrected FD, its delete-a-group jackknife over the distinct episodes
-  it holds (all copies of one episode deleted together, weighted (m - c_i) / m: for a V-statistic, the
-  U-statistic that leaves out pairs of an episode's copies, as KID's replicates do), used as they come;
+- ``jackknifed``: each replicate corrected as the estimate is, its own delete-a-group jackknife over the distinct
+  episodes it holds (all copies of one episode deleted together, weighted (m - c_i) / m), used as they come. For
+  a V-statistic this is the U-statistic only when no episode is drawn twice; with copies it is not the copy-free
+  U-statistic KID's replicates compute (the FD has no copy-free form to compute);
 - ``jackknifed_centred``: the same, recentred on the corrected point.
 
 Reported: the corrected estimate's standard deviation across data sets, each set's mean degenerate-part

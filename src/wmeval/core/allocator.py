@@ -1,16 +1,20 @@
 """The C allocator's thresholds for a stage process: keep freed memory for the next array instead of the kernel.
 
-glibc's ``malloc`` serves a block above its mmap threshold (128 KiB at first, rising with use up to 32 MiB) with
-a fresh ``mmap`` and hands it back with ``munmap`` when freed; it also gives the top of its heap back to the kernel
-once more than its trim threshold (128 KiB) is free there. A stage allocates and frees arrays of a few to tens
-of MiB thousands of times (frames, kernels, per-episode scores), and each time the kernel maps, faults in and
-zeroes the pages again: measured on the default config, 7.5-8.3 s of the statistics stage's 18-20 s wall time was
-system time. With both thresholds at 1 GiB a freed block stays in the heap for the next one (2.2-3.1 s of
-system time): statistics 18-20 s -> 15-19 s, rollouts 15.1-16.3 s -> 12.7-13.7 s, bootstrap 23.7-26.4 s ->
-22.2-23.9 s (alternated runs), for 5-20% more peak memory (the heap keeps up to 1 GiB it could have returned).
-Arrays above 1 GiB are still mapped afresh. No number depends on it (README, "Where the time goes").
+glibc's ``malloc`` maps every block above its mmap threshold afresh and unmaps it when it is freed (the threshold
+adapts to the blocks freed, but never above 32 MiB), and trims free memory at the top of its heap back to the
+kernel. A stage allocates and frees many arrays above 32 MiB (kernel blocks, windows of frames, per-episode
+scores), and each time the kernel maps, faults in and zeroes their pages again: measured on the default config,
+6.5-8.3 s of the statistics stage's 18-20 s wall time was system time. With both thresholds at 1 GiB a freed
+block stays in the heap for the next one (2.1-3.1 s of system time): in alternated runs statistics 18.1-20.5 s
+-> 15.7-19.0 s, rollouts 15.1-16.3 s -> 12.7-13.7 s, bootstrap 23.7-26.4 s -> 22.2-23.9 s. The cost is memory:
+blocks of up to 1 GiB that were unmapped when freed stay in the process, where fragmentation can keep more than is
+in use (the default config's peak RSS, one run per setting: 5-20% higher). Arrays above 1 GiB are still mapped
+afresh. The outputs of the default config are byte-identical either way (observed, not guaranteed for every
+config: heap blocks are aligned differently from fresh mappings).
 
-``WMEVAL_MALLOC=system`` leaves the allocator as it is. Elsewhere than Linux with glibc nothing is changed.
+``WMEVAL_MALLOC=system`` leaves the allocator as it is. Elsewhere than Linux with glibc, or with a glibc that
+refuses a threshold that high (older versions cap it at 32 MiB, which would only stop glibc's own adaptation),
+nothing is changed.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ def tune_allocator() -> bool:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
-    # Both, or the heap's top is trimmed back to the kernel after every large free (setting either also stops
-    # glibc's own adjustment of the mmap threshold).
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
+    import logging
+
+    # Both or neither: with only the mmap threshold raised the heap's top is still trimmed back to the kernel after
+    # every large free, and setting either one stops glibc's own adaptation of the other. The mmap threshold first:
+    # a glibc that refuses it (0) is left as it was.
+    if not mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES):
+        logging.getLogger(__name__).debug("glibc refuses an mmap threshold of %d bytes; the allocator is left as it is",
+                                          THRESHOLD_BYTES)
+        return False
+    return bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
