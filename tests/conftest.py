@@ -24,8 +24,13 @@ atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 # Under pytest-xdist (one worker per core) the workers already keep every core busy, so the stages they run fork
 # no workers of their own (README, "Parallelism"): measured on the tiny pipeline, forked workers cost a fifth more
 # CPU time for the same bits. test_pipeline.py's test_parallel_stages_give_the_serial_bytes runs them forked.
+# Nor do their numerical libraries start a thread per core: two workers' OpenBLAS, OpenMP and torch pools on two
+# cores are four spinning threads on two cores (measured: `-m "not slow"` 67 s with them, 54 s without). Set before
+# numpy or torch is loaded here, so the workers and every process they start inherit it; a value the user set wins.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["WMEVAL_JOBS"] = "1"
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from wmeval.rollouts import run_world  # noqa: E402
 from wmeval.statistics.observation import counterfactual_pair_rows  # noqa: E402
 
 
+@pytest.mark.slow
 def test_tiny_training_run_loads_through_the_adapter(tmp_path):
     import json
 

@@ -449,6 +449,7 @@ class _BadRewards(_ActionPenalty):
         return Prediction(frames=p.frames, rewards=p.rewards[..., :1])
 
 
+@pytest.mark.slow
 def test_control_tasks_act_out_mpc_in_the_environment():
     """An env_reward task: the oracle picks the candidate with the highest true return (checked by branching the
     same candidates), oracle-noise without reward noise acts exactly like it, a model's Prediction.rewards is what
@@ -510,6 +511,7 @@ def test_control_tasks_act_out_mpc_in_the_environment():
                         PROTO, progress=False)
 
 
+@pytest.mark.slow
 def test_pixel_rollout_curves_under_random_and_planner_actions():
     """Layer 2 on frames: from the control starts, each planning model's open-loop frames under random actions
     and under the actions its own MPC took, against the environment's frames of the same actions. An exact

@@ -407,6 +407,7 @@ def test_boundary_interval_bounds_solve_the_inverted_test():
     assert lo > 2 * center - np.quantile(reps, 0.975)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metric", ["kid", "fd_bias_corrected"])
 def test_intervals_cover_a_true_zero_at_about_the_nominal_level(metric):
     """A clone of the reference's distribution (paired episodes, truth 0), 150 data sets: the old percentile

@@ -94,7 +94,6 @@ def test_a_killed_stages_temporary_folder_is_ignored_by_git(root):
 BAD_MODELS = '''
 import sys
 import numpy as np
-import torch
 from wmeval.models import Prediction
 
 
@@ -117,6 +116,8 @@ class NaNFrames:
 
 class BFloat16:
     def predict(self, history, actions, num_samples, rng):
+        import torch   # here, not above: the other cases need not pay for importing torch
+
         f = np.repeat(history.frames[:, None, -1:], actions.shape[1], axis=2)
         return Prediction(frames=torch.from_numpy(f.astype(np.float32)).to(torch.bfloat16))
 '''
