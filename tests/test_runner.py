@@ -73,3 +73,38 @@ def test_a_bad_allocator_setting_is_named_and_stops_a_stage_before_any_work(tmp_
     assert r.returncode == 0 and ran.exists(), r.stderr
     monkeypatch.delenv("WMEVAL_MALLOC", raising=False)
     assert allocator_mode() == "tuned"
+
+
+_ADVICE = """
+import numpy as np
+from wmeval.core.allocator import stop_hugepage_advice
+stopped = stop_hugepage_advice()
+from numpy._core.multiarray import _set_madvise_hugepage
+print(stopped, _set_madvise_hugepage(True))     # returns the setting it replaces
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy advises huge pages on Linux only")
+@pytest.mark.parametrize(("env", "want"), [
+    ({"WMEVAL_MALLOC": "tuned"}, "True False"),
+    ({"WMEVAL_MALLOC": "system"}, "False True"),                                    # numpy's default left
+    ({"WMEVAL_MALLOC": "tuned", "NUMPY_MADVISE_HUGEPAGE": "1"}, "False True"),      # the user's setting wins
+    ({"WMEVAL_MALLOC": "tuned", "NUMPY_MADVISE_HUGEPAGE": "0"}, "False False"),
+])
+def test_a_tuned_stage_stops_numpys_huge_page_advice_unless_told_otherwise(env, want):
+    base = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    r = subprocess.run([sys.executable, "-c", _ADVICE], env={**base, **env}, capture_output=True, text=True,
+                       check=True)
+    assert r.stdout.strip() == want, (env, r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy advises huge pages on Linux only")
+def test_the_stage_runner_stops_the_advice_before_the_body():
+    script = ("from wmeval.core.runner import main\n"
+              "def body():\n"
+              "    from numpy._core.multiarray import _set_madvise_hugepage\n"
+              "    print(_set_madvise_hugepage(True))\n"
+              "main(body)")
+    base = {k: v for k, v in os.environ.items() if k not in ("NUMPY_MADVISE_HUGEPAGE", "WMEVAL_MALLOC")}
+    r = subprocess.run([sys.executable, "-c", script], env=base, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False", r.stderr
