@@ -99,12 +99,29 @@ def test_a_tuned_stage_stops_numpys_huge_page_advice_unless_told_otherwise(env, 
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy advises huge pages on Linux only")
-def test_the_stage_runner_stops_the_advice_before_the_body():
+def test_the_stage_runner_sets_the_advice_and_the_arrow_pool_before_the_body():
     script = ("from wmeval.core.runner import main\n"
               "def body():\n"
+              "    import pyarrow as pa\n"
               "    from numpy._core.multiarray import _set_madvise_hugepage\n"
-              "    print(_set_madvise_hugepage(True))\n"
+              "    print(_set_madvise_hugepage(True), pa.default_memory_pool().backend_name)\n"
               "main(body)")
-    base = {k: v for k, v in os.environ.items() if k not in ("NUMPY_MADVISE_HUGEPAGE", "WMEVAL_MALLOC")}
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("NUMPY_MADVISE_HUGEPAGE", "WMEVAL_MALLOC", "ARROW_DEFAULT_MEMORY_POOL")}
     r = subprocess.run([sys.executable, "-c", script], env=base, capture_output=True, text=True, check=True)
-    assert r.stdout.strip() == "False", r.stderr
+    assert r.stdout.split() == ["False", "system"], r.stderr
+    r = subprocess.run([sys.executable, "-c", script], env={**base, "WMEVAL_MALLOC": "system"}, capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.split()[0] == "True" and r.stdout.split()[1] != "system", r.stdout
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({"WMEVAL_MALLOC": "tuned"}, "True system"),
+    ({"WMEVAL_MALLOC": "tuned", "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "False mimalloc"),  # the user's wins
+])
+def test_a_tuned_stage_gives_arrows_buffers_to_the_c_allocator_unless_told_otherwise(env, want):
+    code = ("import pyarrow as pa\nfrom wmeval.core.allocator import use_system_arrow_pool\n"
+            "print(use_system_arrow_pool(), pa.default_memory_pool().backend_name)")
+    base = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    r = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == want, (env, r.stdout, r.stderr)
