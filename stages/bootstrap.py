@@ -1,5 +1,7 @@
 """Stage bootstrap: episode-clustered, paired intervals -> data/bootstrap/, reports/metrics.json."""
 
+import wmeval.core.stage_process  # noqa: F401, I001  first: memory settings before numpy and pyarrow load
+
 from pathlib import Path
 
 from wmeval.bootstrap import bootstrap_stage

@@ -1,5 +1,7 @@
 """Stage features: embed every rollout frame or clip -> data/features/<encoder>/<world>/<source>.parquet."""
 
+import wmeval.core.stage_process  # noqa: F401, I001  first: memory settings before numpy and pyarrow load
+
 import contextlib
 import dataclasses
 import logging

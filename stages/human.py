@@ -1,5 +1,7 @@
 """Stage human: the declared human study's returned answers -> data/human/ (summary.json, judgments.parquet)."""
 
+import wmeval.core.stage_process  # noqa: F401, I001  first: memory settings before numpy and pyarrow load
+
 from pathlib import Path
 
 from wmeval.core.config import load_params

@@ -6,6 +6,8 @@ reports/intervals.csv (every interval with its method, B, level, resampling unit
 and reports/provenance.json. The human section comes from data/human/summary.json (the human stage).
 """
 
+import wmeval.core.stage_process  # noqa: F401, I001  first: memory settings before numpy and pyarrow load
+
 import json
 from pathlib import Path
 

@@ -4,6 +4,8 @@
 ``<world>/dynamics/<source>.parquet``: seed 002's state-level dynamics queries.
 """
 
+import wmeval.core.stage_process  # noqa: F401, I001  first: memory settings before numpy and pyarrow load
+
 import dataclasses
 import logging
 from pathlib import Path

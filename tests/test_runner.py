@@ -75,53 +75,90 @@ def test_a_bad_allocator_setting_is_named_and_stops_a_stage_before_any_work(tmp_
     assert allocator_mode() == "tuned"
 
 
+_SCRUBBED = {k: v for k, v in os.environ.items()
+             if k not in ("NUMPY_MADVISE_HUGEPAGE", "WMEVAL_MALLOC", "ARROW_DEFAULT_MEMORY_POOL")}
+
+#: numpy's current huge-page advice (numpy 2, else 1.x).
+_NUMPY_ADVICE = """
+try:
+    from numpy._core.multiarray import _get_madvise_hugepage
+except ImportError:
+    from numpy.core.multiarray import _get_madvise_hugepage
+"""
+
 _ADVICE = """
 import numpy as np
 from wmeval.core.allocator import stop_hugepage_advice
 stopped = stop_hugepage_advice()
-from numpy._core.multiarray import _set_madvise_hugepage
-print(stopped, _set_madvise_hugepage(True))     # returns the setting it replaces
+""" + _NUMPY_ADVICE + """
+print(stopped, _get_madvise_hugepage())
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy advises huge pages on Linux only")
 @pytest.mark.parametrize(("env", "want"), [
-    ({"WMEVAL_MALLOC": "tuned"}, "True False"),
-    ({"WMEVAL_MALLOC": "system"}, "False True"),                                    # numpy's default left
-    ({"WMEVAL_MALLOC": "tuned", "NUMPY_MADVISE_HUGEPAGE": "1"}, "False True"),      # the user's setting wins
-    ({"WMEVAL_MALLOC": "tuned", "NUMPY_MADVISE_HUGEPAGE": "0"}, "False False"),
+    ({}, "True False"),
+    ({"NUMPY_MADVISE_HUGEPAGE": "1"}, "False True"),      # the user's setting wins
+    ({"NUMPY_MADVISE_HUGEPAGE": "0"}, "False False"),
 ])
-def test_a_tuned_stage_stops_numpys_huge_page_advice_unless_told_otherwise(env, want):
-    base = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    r = subprocess.run([sys.executable, "-c", _ADVICE], env={**base, **env}, capture_output=True, text=True,
+def test_numpys_huge_page_advice_is_stopped_in_a_loaded_numpy_unless_the_user_set_it(env, want):
+    r = subprocess.run([sys.executable, "-c", _ADVICE], env={**_SCRUBBED, **env}, capture_output=True, text=True,
                        check=True)
     assert r.stdout.strip() == want, (env, r.stdout, r.stderr)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="numpy advises huge pages on Linux only")
-def test_the_stage_runner_sets_the_advice_and_the_arrow_pool_before_the_body():
+#: Loads a stage script as a module (its imports run, its body does not), then reads the settings in effect after
+#: a Parquet round trip: numpy's advice, pyarrow's default pool, and what mimalloc's pool ever held.
+_STAGE = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("stage_under_test", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+""" + _NUMPY_ADVICE + """
+# A file, as the stages read and write (pyarrow 26 can abort at exit after a threaded read of a Python file object)
+pq.write_table(pa.table({"x": np.arange(1 << 20, dtype=np.float64)}), sys.argv[2], compression="zstd")
+pq.read_table(sys.argv[2])
+try:
+    mimalloc = pa.mimalloc_memory_pool().max_memory()
+except (NotImplementedError, AttributeError):
+    mimalloc = 0
+print(_get_madvise_hugepage(), pa.default_memory_pool().backend_name, mimalloc)
+"""
+
+
+@pytest.mark.skipif(not GLIBC or os.environ.get("LD_PRELOAD"), reason="the settings serve glibc's raised thresholds")
+@pytest.mark.parametrize("stage", ["rollouts", "features", "statistics", "bootstrap", "human", "report"])
+def test_every_stage_script_makes_its_memory_settings_before_numpy_and_pyarrow_load(root, stage, tmp_path):
+    """Arrow's C++ default pool, which Parquet's readers and writers use, is chosen when pyarrow is loaded: a stage
+    script that imported pyarrow before its settings would decode its tables through mimalloc again."""
+    args = [sys.executable, "-c", _STAGE, str(root / "stages" / f"{stage}.py"), str(tmp_path / "t.parquet")]
+    r = subprocess.run(args, env=_SCRUBBED, capture_output=True, text=True, check=True, cwd=root)
+    assert r.stdout.split() == ["False", "system", "0"], r.stdout + r.stderr[-2000:]
+    r = subprocess.run(args, env={**_SCRUBBED, "WMEVAL_MALLOC": "system"}, capture_output=True, text=True, check=True,
+                       cwd=root)
+    fresh = subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
+                           env=_SCRUBBED, capture_output=True, text=True, check=True).stdout.strip()
+    assert r.stdout.split()[:2] == ["True", fresh], r.stdout       # WMEVAL_MALLOC=system: numpy's and Arrow's own
+
+
+@pytest.mark.skipif(not GLIBC or os.environ.get("LD_PRELOAD"), reason="the settings serve glibc's raised thresholds")
+def test_the_stage_runner_makes_them_too_and_a_bad_setting_changes_nothing_before_it_stops():
     script = ("from wmeval.core.runner import main\n"
               "def body():\n"
               "    import pyarrow as pa\n"
-              "    from numpy._core.multiarray import _set_madvise_hugepage\n"
-              "    print(_set_madvise_hugepage(True), pa.default_memory_pool().backend_name)\n"
+              + "".join("    " + line + "\n" for line in _NUMPY_ADVICE.strip().splitlines()) +
+              "    print(_get_madvise_hugepage(), pa.default_memory_pool().backend_name)\n"
               "main(body)")
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("NUMPY_MADVISE_HUGEPAGE", "WMEVAL_MALLOC", "ARROW_DEFAULT_MEMORY_POOL")}
-    r = subprocess.run([sys.executable, "-c", script], env=base, capture_output=True, text=True, check=True)
+    r = subprocess.run([sys.executable, "-c", script], env=_SCRUBBED, capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["False", "system"], r.stderr
-    r = subprocess.run([sys.executable, "-c", script], env={**base, "WMEVAL_MALLOC": "system"}, capture_output=True,
-                       text=True, check=True)
-    assert r.stdout.split()[0] == "True" and r.stdout.split()[1] != "system", r.stdout
-
-
-@pytest.mark.parametrize(("env", "want"), [
-    ({"WMEVAL_MALLOC": "tuned"}, "True system"),
-    ({"WMEVAL_MALLOC": "tuned", "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "False mimalloc"),  # the user's wins
-])
-def test_a_tuned_stage_gives_arrows_buffers_to_the_c_allocator_unless_told_otherwise(env, want):
-    code = ("import pyarrow as pa\nfrom wmeval.core.allocator import use_system_arrow_pool\n"
-            "print(use_system_arrow_pool(), pa.default_memory_pool().backend_name)")
-    base = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    r = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
-    assert r.stdout.strip() == want, (env, r.stdout, r.stderr)
+    code = ("import os\nfrom wmeval.core.allocator import prepare_memory\n"
+            "print(prepare_memory(), os.environ.get('NUMPY_MADVISE_HUGEPAGE'), os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    none = "{'thresholds': False, 'hugepage_advice_off': False, 'arrow_system_pool': False} None None"
+    for bad in ("system", "huge"):
+        r = subprocess.run([sys.executable, "-c", code], env={**_SCRUBBED, "WMEVAL_MALLOC": bad}, capture_output=True,
+                           text=True, check=True)
+        assert r.stdout.strip() == none, (bad, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-c", code], env={**_SCRUBBED, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"},
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == ("{'thresholds': True, 'hugepage_advice_off': True, 'arrow_system_pool': False} "
+                                "0 mimalloc"), r.stdout                        # the user's pool is left to pyarrow

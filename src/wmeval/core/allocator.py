@@ -22,11 +22,16 @@ Measured on the default config's statistics stage, alternated, 2 runs each: thre
 And it gives pyarrow's buffers to the same allocator (pyarrow's default pool is its bundled mimalloc, which hands
 freed memory back to the kernel): the features stage, which decodes every rollout table's frames, 5.3-7.1 s ->
 4.1-4.5 s (system time 1.4-3.3 -> 0.7-0.8 s), statistics 16.1-16.3 -> 14.3-14.5 s, rollouts 13.6-14.4 -> 12.9-13.6 s
-(alternated, 2 runs each), peak RSS 10-20% lower. An ``ARROW_DEFAULT_MEMORY_POOL`` you set is left to pyarrow.
+(alternated, 2 runs each); peak RSS 11-20% lower in rollouts and statistics, about the same in features. Arrow's
+C++ default pool (the one Parquet's readers and writers use) is chosen once, when pyarrow is loaded, from
+``ARROW_DEFAULT_MEMORY_POOL``: so :func:`prepare_memory` sets that variable, and every script in ``stages/`` calls it
+through its first import (:mod:`wmeval.core.stage_process`), before anything loads numpy or pyarrow. Where
+pyarrow is already loaded, only pyarrow's own default pool can still be switched. A ``NUMPY_MADVISE_HUGEPAGE`` or
+``ARROW_DEFAULT_MEMORY_POOL`` you set is left to numpy and pyarrow.
 
 ``WMEVAL_MALLOC=system`` leaves all three as they are. Elsewhere than Linux with glibc, or with a glibc that refuses a
-threshold that high (older versions cap it at 32 MiB, which would only stop glibc's own adaptation), the thresholds
-are not changed.
+threshold that high (older versions cap it at 32 MiB, which would only stop glibc's own adaptation), nothing is
+changed: the other two settings serve the raised thresholds.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ import sys
 
 #: Environment variable: ``tuned`` (the default when unset) or ``system`` (glibc's own thresholds).
 ALLOCATOR_ENV = "WMEVAL_MALLOC"
-#: numpy's own switch for its huge-page advice (read when numpy is imported); set, it is left to numpy.
+#: numpy's own switch for its huge-page advice (read when numpy is loaded); set by you, it is left to numpy.
 NUMPY_HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
-#: pyarrow's own choice of its default memory pool (read at its first use); set, it is left to pyarrow.
+#: Arrow's choice of its default memory pool (read when pyarrow is loaded); set by you, it is left to pyarrow.
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+#: The variables this process set itself (a later call tells them from the user's).
+_SET_HERE: set[str] = set()
 #: ``mallopt`` parameters (glibc's ``malloc.h``) and the value both are set to.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 THRESHOLD_BYTES = 1 << 30
@@ -84,38 +91,64 @@ def tune_allocator() -> bool:
     return bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
 
 
-def stop_hugepage_advice() -> bool:
-    """Stop numpy from advising the kernel to back its large arrays with transparent huge pages, in this process
-    and the workers it forks later (module docstring: the cost measured).
+def _yours(var: str) -> bool:
+    return var in os.environ and var not in _SET_HERE
 
-    Returns whether it was stopped: not with ``WMEVAL_MALLOC=system``, nor where ``$NUMPY_MADVISE_HUGEPAGE`` is set
-    (numpy follows it), nor off Linux (numpy advises only there), nor with a numpy without the switch.
+
+def stop_hugepage_advice() -> bool:
+    """Stop numpy from advising the kernel to back its large arrays with transparent huge pages, in this process,
+    the workers it forks and the processes it starts (module docstring: the cost measured).
+
+    Returns whether it is stopped: not where you set ``$NUMPY_MADVISE_HUGEPAGE`` (numpy follows it), nor off Linux
+    (numpy advises only there). Sets that variable for numpy to read when it is loaded, and switches a loaded numpy
+    (the switch exists since numpy 1.20).
     """
-    if allocator_mode() == "system" or NUMPY_HUGEPAGE_ENV in os.environ or not sys.platform.startswith("linux"):
+    if _yours(NUMPY_HUGEPAGE_ENV) or not sys.platform.startswith("linux"):
         return False
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage              # numpy 2
-    except ImportError:
+    os.environ[NUMPY_HUGEPAGE_ENV] = "0"
+    _SET_HERE.add(NUMPY_HUGEPAGE_ENV)
+    if "numpy" in sys.modules:
         try:
-            from numpy.core.multiarray import _set_madvise_hugepage           # numpy 1.x
+            from numpy._core.multiarray import _set_madvise_hugepage              # numpy 2
         except ImportError:
-            return False
-    _set_madvise_hugepage(False)
+            from numpy.core.multiarray import _set_madvise_hugepage               # numpy 1.x
+        _set_madvise_hugepage(False)
     return True
 
 
 def use_system_arrow_pool() -> bool:
-    """Make the C allocator (glibc's ``malloc``, thresholds raised) pyarrow's default memory pool in this process
-    and the workers it forks later (module docstring: the cost measured).
+    """Make the C allocator (glibc's ``malloc``, thresholds raised) Arrow's default memory pool in this process,
+    the workers it forks and the processes it starts (module docstring: the cost measured).
 
-    Returns whether it was set: not with ``WMEVAL_MALLOC=system``, nor where ``$ARROW_DEFAULT_MEMORY_POOL`` is set
-    (pyarrow follows it), nor without pyarrow.
+    Returns whether it is set: not where you set ``$ARROW_DEFAULT_MEMORY_POOL`` (pyarrow follows it). Sets that
+    variable for pyarrow to read when it is loaded; a pyarrow loaded before this keeps Arrow's C++ default (Parquet's
+    readers and writers use it) and gets only its own default switched.
     """
-    if allocator_mode() == "system" or ARROW_POOL_ENV in os.environ:
+    if _yours(ARROW_POOL_ENV):
         return False
-    try:
+    os.environ[ARROW_POOL_ENV] = "system"
+    _SET_HERE.add(ARROW_POOL_ENV)
+    if "pyarrow" in sys.modules:
         import pyarrow as pa
-    except ImportError:
-        return False
-    pa.set_memory_pool(pa.system_memory_pool())
+
+        pa.set_memory_pool(pa.system_memory_pool())
     return True
+
+
+def prepare_memory() -> dict[str, bool]:
+    """This process's memory settings (module docstring), as early as it can be called: before numpy and pyarrow are
+    loaded (``stages/*.py`` import :mod:`wmeval.core.stage_process` first). Idempotent; never raises: a bad
+    ``$WMEVAL_MALLOC`` changes nothing here and stops the stage in :func:`wmeval.core.runner.main`.
+
+    Returns which settings are in effect: ``thresholds``, ``hugepage_advice_off``, ``arrow_system_pool``.
+    """
+    from wmeval.core.errors import WmevalError
+
+    try:
+        thresholds = tune_allocator()
+    except WmevalError:
+        thresholds = False
+    if not thresholds:
+        return {"thresholds": False, "hugepage_advice_off": False, "arrow_system_pool": False}
+    return {"thresholds": True, "hugepage_advice_off": stop_hugepage_advice(),
+            "arrow_system_pool": use_system_arrow_pool()}

@@ -16,12 +16,11 @@ def main(body: Callable[[], None]) -> None:
     """Run a stage body; a :class:`WmevalError` becomes a one-line message and exit 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        from wmeval.core.allocator import stop_hugepage_advice, tune_allocator, use_system_arrow_pool
+        from wmeval.core.allocator import allocator_mode, prepare_memory
         from wmeval.core.parallel import usable_cores
 
-        tune_allocator()               # before any large array (core/allocator.py); a bad $WMEVAL_MALLOC stops here
-        stop_hugepage_advice()
-        use_system_arrow_pool()
+        allocator_mode()               # a bad $WMEVAL_MALLOC stops the stage here
+        prepare_memory()               # made on import by stages/*.py already (core/stage_process.py); idempotent
         usable_cores()                 # a bad $WMEVAL_JOBS stops the stage before any work, not at its first map
         body()
     except WmevalError as e:
