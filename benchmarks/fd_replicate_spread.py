@@ -10,15 +10,21 @@ their linear part in the episode multiplicities, ``wmeval.estimators.resample.li
 the estimate's own spread, the more so the higher the dimension.
 
 This script measures that on the coverage benchmark's data (``benchmarks/coverage.py``: episodes of 10 rows,
-rho = 0.5, d = 4, 16, 64, paired and independent sides, truth 0). Per data set, three replicate sets on the same
+rho = 0.5, d = 4, 16, 64, paired and independent sides, truth 0). Per data set, five replicate sets on the same
 resampled episodes:
 
 - ``plugin``: the shipped replicates (plug-in FDs recentred on FD + the jackknife's bias);
 - ``jackknifed``: each replicate corrected as the estimate is, its own delete-a-group jackknife over the distinct
   episodes it holds (all copies of one episode deleted together, weighted (m - c_i) / m), used as they come. For
   a V-statistic this is the U-statistic only when no episode is drawn twice; with copies it is not the copy-free
-  U-statistic KID's replicates compute (the FD has no copy-free form to compute);
-- ``jackknifed_centred``: the same, recentred on the corrected point.
+  U-statistic KID's replicates compute (the FD has no exact copy-free form);
+- ``jackknifed_centred``: the same, recentred on the corrected point;
+- ``copy_free``: each plug-in replicate less its self-pair terms, sum_i c_i^2 q_i, from the FD's second-order form
+  at equal covariances (:func:`self_terms`, below), recentred like ``plugin``: the copy-free U-statistic that KID's
+  replicates compute, to second order. Per data set, sum_i q_i is set beside the jackknife's bias estimate (they
+  agree if the form is right);
+- ``copy_free_exact``: the same with q_i from the exact FD, half its second difference along episode i's
+  multiplicity, (FD(1 + e_i) + FD(1 - e_i) - 2 FD(1)) / 2 (2 more FDs per episode, once per data set).
 
 Reported: the corrected estimate's standard deviation across data sets, each set's mean degenerate-part
 spread, the boundary interval's coverage of the truth and its width over a normal interval of the estimate's
@@ -38,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-VARIANTS = ("plugin", "jackknifed", "jackknifed_centred")
+VARIANTS = ("plugin", "jackknifed", "jackknifed_centred", "copy_free", "copy_free_exact")
 
 
 def _jackknifed(one, counts: np.ndarray, group: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, int]:
@@ -55,6 +61,43 @@ def _jackknifed(one, counts: np.ndarray, group: np.ndarray, base: np.ndarray) ->
         evaluations += len(held)
         out[b] = base[b] - float(np.dot(w, v - base[b]))
     return out, evaluations
+
+
+def second_order_parts(x: np.ndarray, y: np.ndarray, x_cluster: np.ndarray, y_cluster: np.ndarray,
+                       n_clusters: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each cluster's part of the FD's second-order form between ``x`` and ``y``: ``(means, covs, weights)``.
+
+    At equal covariances the FD is, to second order, a squared norm: ||mu_x - mu_y||^2 plus the squared Bures
+    distance sum_jk E_jk^2 / (2 (l_j + l_k)), E the covariances' difference in the eigenbasis of their mean
+    (eigenvalues l; ``weights`` ``(d, d)`` holds 1 / (2 (l_j + l_k))). Both differences are sums over clusters of
+    the cluster's rows centred on the pooled mean, weighted 1 / n_x on x's side and -1 / n_y on y's: ``means``
+    ``(n_clusters, d)``, sum_r w_r z_r, and ``covs`` ``(n_clusters, d, d)``, sum_r w_r z_r z_r^T - (sum_r w_r)
+    diag(l). So FD ~ ||sum_i s_i||^2 in that norm (``||m||^2 + sum(C * C * weights)``).
+    """
+    z = np.vstack([x, y])
+    lam, vec = np.linalg.eigh(0.5 * (np.cov(x.T) + np.cov(y.T)))
+    lam = np.maximum(lam, 1e-12 * lam.max())
+    weights = 1.0 / (2.0 * (lam[:, None] + lam[None, :]))
+    w = np.concatenate([np.full(len(x), 1.0 / len(x)), np.full(len(y), -1.0 / len(y))])
+    cluster = np.concatenate([x_cluster, y_cluster])
+    zt = (z - z.mean(axis=0)) @ vec
+    d = z.shape[1]
+    means, covs = np.zeros((n_clusters, d)), np.zeros((n_clusters, d, d))
+    for i in np.unique(cluster):
+        rows = cluster == i
+        zi, wi = zt[rows], w[rows]
+        means[i] = wi @ zi
+        covs[i] = (zi * wi[:, None]).T @ zi - wi.sum() * np.diag(lam)
+    return means, covs, weights
+
+
+def self_terms(x: np.ndarray, y: np.ndarray, x_cluster: np.ndarray, y_cluster: np.ndarray,
+               n_clusters: int) -> np.ndarray:
+    """``(n_clusters,)``: each cluster's self-pair term q_i = ||s_i||^2 in the FD's second-order form
+    (:func:`second_order_parts`): the terms the jackknife's correction takes out (sum_i q_i is about its bias
+    estimate), and what a resample drawing cluster i c times adds c^2 times."""
+    means, covs, weights = second_order_parts(x, y, x_cluster, y_cluster, n_clusters)
+    return np.einsum("id,id->i", means, means) + np.einsum("ijk,ijk,jk->i", covs, covs, weights)
 
 
 def _dataset(job: tuple) -> dict:
@@ -94,11 +137,18 @@ def _dataset(job: tuple) -> dict:
         t0 = time.perf_counter()
         jack, evaluations = _jackknifed(one, counts, group, base)
         t_jack = time.perf_counter() - t0
+        eye = np.eye(n_cl, dtype=np.int64)
+        q_exact = 0.5 * (one.many(1 + eye)[:, 0, 0] + one.many(1 - eye)[:, 0, 0] - 2.0 * plugin)
+    q = self_terms(x, y, inv_r, inv_f, n_cl)
+    c2 = counts.astype(np.float64) ** 2
     corrected = plugin - float(bias)
     sets = {"plugin": (plugin, jackknife_centred(base, plugin, float(bias))),
             "jackknifed": (corrected, jack),
-            "jackknifed_centred": (corrected, jackknife_centred(jack, corrected, 0.0))}
-    out = {"point": corrected, "evaluations": evaluations / n_resamples, "time_ratio": t_jack / t_base}
+            "jackknifed_centred": (corrected, jackknife_centred(jack, corrected, 0.0)),
+            "copy_free": (plugin, jackknife_centred(base - c2 @ q, plugin, float(bias))),
+            "copy_free_exact": (plugin, jackknife_centred(base - c2 @ q_exact, plugin, float(bias)))}
+    out = {"point": corrected, "evaluations": evaluations / n_resamples, "time_ratio": t_jack / t_base,
+           "self_terms": float(q.sum()), "self_terms_exact": float(q_exact.sum()), "jackknife_bias": float(bias)}
     for name, (center, reps) in sets.items():
         lo, hi = boundary_interval(center, reps, counts, plugin, 0.95)
         out[name] = (float(np.std(linear_part(reps, counts)[1])), lo, hi)
@@ -133,7 +183,11 @@ def main() -> None:
                 cell = {"dim": d, "design": design, "estimate_sd": sd, "estimate_mean": float(points.mean()),
                         "fd_evaluations_per_replicate": {"plugin": 1.0,
                                                          "jackknifed": float(np.mean([r["evaluations"] for r in rows]))},
-                        "jackknifed_time_ratio": float(np.median([r["time_ratio"] for r in rows]))}
+                        "jackknifed_time_ratio": float(np.median([r["time_ratio"] for r in rows])),
+                        # the self-pair terms' sum beside the jackknife's bias estimate, averaged over data sets
+                        "self_terms_mean": float(np.mean([r["self_terms"] for r in rows])),
+                        "self_terms_exact_mean": float(np.mean([r["self_terms_exact"] for r in rows])),
+                        "jackknife_bias_mean": float(np.mean([r["jackknife_bias"] for r in rows]))}
                 for name in VARIANTS:
                     a = np.array([r[name] for r in rows])
                     hit = (a[:, 1] <= 0.0) & (0.0 <= a[:, 2])

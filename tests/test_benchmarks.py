@@ -1,4 +1,4 @@
-"""The pipeline benchmark's measuring pieces (benchmarks/pipeline.py; the full run is a benchmark, not a test)."""
+"""The benchmarks' measuring pieces (benchmarks/*.py; the full runs are benchmarks, not tests)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_pipeline", ROOT / "benchmarks" / "pipeline.py")
+def _script(name: str):
+    """A script under benchmarks/, loaded as a module (its main() not run)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name[:-3]}", ROOT / "benchmarks" / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _script("pipeline.py")
 
 
 def test_a_stage_process_is_timed_and_its_own_peak_memory_read(bench, tmp_path):
@@ -49,9 +54,7 @@ def test_a_jackknifed_replicate_of_the_data_itself_is_the_shipped_bias_corrected
     from wmeval.estimators import distributional as dist
     from wmeval.stats import distribution_bootstrap
 
-    spec = importlib.util.spec_from_file_location("bench_spread", ROOT / "benchmarks" / "fd_replicate_spread.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("fd_replicate_spread.py")
     rng = np.random.default_rng(3)
     ep = np.repeat(np.arange(12), 5)
     x, y = rng.normal(size=(60, 3)), rng.normal(size=(60, 3)) + 0.2
@@ -69,3 +72,67 @@ def test_a_jackknifed_replicate_of_the_data_itself_is_the_shipped_bias_corrected
         base = one.many(twice)[:, 0, 0]
         got, evaluations = mod._jackknifed(one, twice, group, base)
         assert evaluations == len(group) - 1 and np.isfinite(got[0]) and got[0] != base[0]
+
+
+def test_the_fd_second_order_form_is_the_fd_near_equal_sets_and_its_self_terms_are_the_jackknifes_bias():
+    """benchmarks/fd_replicate_spread.py's copy-free replicates subtract self-pair terms from the FD's second-order
+    form: the form's full square must be the FD of two large samples of one distribution (a wrong Bures weight, a
+    factor 2, would miss it by 2x), and the self-pair terms' sum the jackknife's bias estimate, which removes them."""
+    import numpy as np
+
+    from wmeval.estimators import distributional as dist
+    from wmeval.metrics import frechet_distance
+    from wmeval.stats import distribution_bootstrap
+
+    mod = _script("fd_replicate_spread.py")
+    rng = np.random.default_rng(5)
+    scale = np.diag([0.5, 1.0, 2.0])
+    x, y = rng.normal(size=(20000, 3)) @ scale, rng.normal(size=(20000, 3)) @ scale
+    ep = np.repeat(np.arange(40), 500)
+    inv_r, inv_f, group = dist._cluster_index(ep, ep + 40)
+    means, covs, weights = mod.second_order_parts(x, y, inv_r, inv_f, len(group))
+    m, c = means.sum(axis=0), covs.sum(axis=0)
+    form = float(m @ m + np.sum(c * c * weights))
+    fd = frechet_distance(x.mean(0), np.cov(x.T), y.mean(0), np.cov(y.T))
+    assert form == pytest.approx(fd, rel=0.03)
+    sums, biases = [], []
+    for seed in range(4):
+        r = np.random.default_rng(seed)
+        ep = np.repeat(np.arange(24), 8)
+        x, y = r.normal(size=(192, 3)) @ scale, r.normal(size=(192, 3)) @ scale
+        for fake_ids in (ep, ep + 24):
+            inv_r, inv_f, group = dist._cluster_index(ep, fake_ids)
+            sums.append(mod.self_terms(x, y, inv_r, inv_f, len(group)).sum())
+            res = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=fake_ids, n_resamples=100,
+                                         metric="fd_bias_corrected")
+            plug = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=fake_ids, n_resamples=100,
+                                          metric="fd").point
+            biases.append(plug - res.point)
+    assert np.mean(sums) == pytest.approx(np.mean(biases), rel=0.1)
+
+
+def test_kid_interval_variants_standard_error_is_the_infinitesimal_jackknife_of_kernel_blocks():
+    """benchmarks/kid_interval_variants.py's bootstrap-t studentizes by an analytic gradient of KID's U-statistic in
+    the episode multiplicities: the statistic must be KernelBlocks.at's, and the gradient its numerical one."""
+    import numpy as np
+
+    from wmeval.estimators import distributional as dist
+
+    mod = _script("kid_interval_variants.py")
+    rng = np.random.default_rng(2)
+    ep = np.repeat(np.arange(10), 4)
+    x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 3)) + 0.3
+    for fake_ids in (ep, ep + 10):                     # paired, then independent sides
+        inv_r, inv_f, group = dist._cluster_index(ep, fake_ids)
+        n = len(group)
+        kb = dist.KernelBlocks.of(dist.Side(x, inv_r, np.full(40, "all")), dist.Side(y, inv_f, np.full(40, "all")), n)
+        c = rng.multinomial(n, np.full(n, 1.0 / n), size=3).astype(np.float64) + 0.5
+        u, se = mod.kid_and_se(kb, c, group)
+        assert np.allclose(u, kb.at(c))
+        h = 1e-6
+        grad = np.stack([(kb.at(c + h * e) - kb.at(c - h * e)) / (2 * h) for e in np.eye(n)], axis=1)
+        var = np.zeros(len(c))
+        for g in np.unique(group):
+            cg, dg = c[:, group == g], grad[:, group == g]
+            var += (cg * (dg - ((cg * dg).sum(1) / cg.sum(1))[:, None]) ** 2).sum(1)
+        assert np.allclose(se, np.sqrt(var), rtol=1e-5)

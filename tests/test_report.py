@@ -185,6 +185,19 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     text = coverage_note({**cov, "sets": {**cov["sets"], "cells": [*cov["sets"]["cells"], *wide["cells"][:2]]}})
     assert "unpaired zero: no interval (the bias check withheld all)" in text
     assert "unpaired shift: 96.0% withheld by the bias check, the 16 given covered 100.0% (power 0%)" in text
+    # The shift along the highest-variance axis: each metric's range, and every cell below 93% named.
+    high = {"episodes": 32, "datasets": 400, "shift_axis_variance": 2.0, "cells": [
+        {"metric": "kid", "truth": "shift", "design": "paired", "coverage": 0.88, "power": 1.0, "withheld": 0.0,
+         "width_ratio": 0.802},
+        {"metric": "kid", "truth": "zero", "design": "paired", "coverage": 0.9675, "false_positive_rate": 0.03,
+         "withheld": 0.0, "width_ratio": 1.4},
+        {"metric": "fd_bias_corrected", "truth": "shift", "design": "paired", "coverage": 0.95, "power": 1.0,
+         "withheld": 0.0, "width_ratio": 1.0}]}
+    plain = {k: v for k, v in cov.items() if not k.endswith("high_axis")}
+    assert "highest-variance" not in coverage_note(plain)
+    text = coverage_note({**plain, "sets_high_axis": high})
+    assert "highest-variance axis instead" in text and "at 32 episodes, KID 88.0%-96.8%, bias-corrected FD 95.0%" in text
+    assert "Below 93%, too narrow: KID paired shift 88.0% (32 episodes)." in text and text.count("too narrow") == 1
 
 
 def test_a_point_outside_its_interval_is_flagged():

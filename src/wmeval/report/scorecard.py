@@ -488,6 +488,20 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += " Elsewhere (`benchmarks/results/coverage.json`, README): " + ". ".join(
                 f"At {name}, KID {spans('kid', p)}, bias-corrected FD {spans('fd_bias_corrected', p)}"
                 for name, p in parts) + "."
+        high = [p for key in ("sets_high_axis", "sets_more_episodes_high_axis") if (p := cov.get(key))]
+        if high:
+            # The shift along the features' highest-variance axis: every cell below 93% is named.
+            def narrow(p: dict) -> str:
+                cs = [f"{'KID' if c['metric'] == 'kid' else 'bias-corrected FD'} {c['design']} {c['truth']} "
+                      f"{c['coverage']:.1%}" for c in p["cells"] if c["coverage"] is not None and c["coverage"] < 0.93]
+                return f"{', '.join(cs)} ({p['episodes']} episodes)" if cs else ""
+
+            below = [t for p in high if (t := narrow(p))]
+            text += (" With the shift along the features' highest-variance axis instead (the cells above put it "
+                     "along the lowest): " + "; ".join(
+                         f"at {p['episodes']} episodes, KID {spans('kid', p)}, bias-corrected FD "
+                         f"{spans('fd_bias_corrected', p)}" for p in high) + "."
+                     + (" Below 93%, too narrow: " + "; ".join(below) + "." if below else ""))
         if cov.get("sets_wide"):
             text += (" With fewer independent rows than dimensions the FD's bias is not a 1/N term the jackknife "
                      "removes; its two-scale check (the correction repeated on halves of the episodes) then "
