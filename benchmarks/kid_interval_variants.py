@@ -1,21 +1,26 @@
-"""Why KID's intervals are too narrow when the shift lies along the features' highest-variance axis.
+"""Why KID's intervals are too narrow when the shift lies along the features' highest-variance axis, and what else covers.
 
 ``benchmarks/coverage.py``'s parts ``sets_high_axis`` and ``sets_more_episodes_high_axis`` show KID's boundary
 interval (``wmeval.estimators.resample.boundary_interval``, the one the scorecard carries) covering 86.5-90.8% of data
 sets at 32 episodes when the shift lies along the highest-variance axis. This script asks whether another interval on
-the same replicates would cover: on the coverage benchmark's design (d = 4, episodes of 10 rows, rho = 0.5, the shift
-along the axis of variance 2.0, paired and unpaired sides; its own data seeds), per data set:
+the same replicates would cover there without losing the cells where the shipped one does: on the coverage
+benchmark's design (d = 4, episodes of 10 rows, rho = 0.5, paired and unpaired sides; its own data seeds), a true 0
+and each shift along the highest-variance axis (variance 2.0) and the lowest (0.5). Per data set:
 
 - ``boundary``: the shipped interval;
 - ``percentile``: the 2.5% and 97.5% quantiles of the replicates;
 - ``bca``: Efron's bias-corrected and accelerated interval (``wmeval.estimators.resample._bca_interval``), the
   acceleration from the delete-one-episode jackknife;
 - ``bootstrap_t``: studentized, each replicate's t = (U* - U) / se*, with se* the infinitesimal jackknife's standard
-  error of the replicate's own U-statistic (its gradient in the episode multiplicities, :func:`kid_and_se`).
+  error of the replicate's own U-statistic (its gradient in the episode multiplicities, :func:`kid_and_se`);
+- ``hybrid``: ``bootstrap_t`` where the replicates' linear part in the multiplicities
+  (``wmeval.estimators.resample.linear_part``) carries more than ``HYBRID_LINEAR_SHARE`` of their variance (the
+  linear regime, far from 0), else ``boundary``.
 
-Reported per cell: each interval's coverage of the true KID, its power (intervals entirely above 0), the
-infinitesimal jackknife's standard error on the data over the estimator's actual spread across data sets (root mean
-square; below 1: the data understate the spread), and the skewness and kurtosis of the estimate across data sets.
+Reported per cell: each interval's coverage of the true KID, its power (intervals entirely above 0; at a true 0 the
+false-positive rate), the infinitesimal jackknife's standard error on the data over the estimator's actual spread
+across data sets (root mean square; below 1: the data understate the spread), the skewness and kurtosis of the
+estimate across data sets, and the median linear share.
 
     python benchmarks/kid_interval_variants.py [--datasets 1000] [--episodes 32] [--resamples 500]
 """
@@ -31,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t")
+INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t", "hybrid")
+#: The share of the replicates' variance in their linear part above which ``hybrid`` takes the bootstrap-t interval.
+HYBRID_LINEAR_SHARE = 0.9
 
 
 def kid_and_se(kb, c: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -71,16 +78,16 @@ def _true_kid():
 def _dataset(job: tuple) -> dict:
     from wmeval.core.rng import make_rng
     from wmeval.estimators import distributional as dist
-    from wmeval.estimators.resample import _bca_interval, boundary_interval, cluster_counts
+    from wmeval.estimators.resample import _bca_interval, boundary_interval, cluster_counts, linear_part
 
-    d, n, t, rho, design, shift, i, n_resamples, seed = job
+    d, n, t, rho, design, shift, axis, i, n_resamples, seed = job
     sigma = np.diag(np.linspace(0.5, 2.0, d))
     chol = np.linalg.cholesky(sigma)
     delta = np.zeros(d)
-    delta[-1] = shift
+    delta[axis] = shift
     truth = _true_kid()(np.zeros(d), sigma, delta, sigma)
     ep = np.repeat(np.arange(n), t)
-    rng = make_rng(seed, "kid_interval_variants", design, shift, n, i)
+    rng = make_rng(seed, "kid_interval_variants", design, shift, axis % d, n, i)
     a = rng.normal(size=(n, d))
     b = a if design == "paired" else rng.normal(size=(n, d))
     x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
@@ -97,11 +104,14 @@ def _dataset(job: tuple) -> dict:
     if not (np.isclose(point_ij, point) and np.allclose(reps_ij, reps)):
         raise AssertionError("kid_and_se's statistic is not KernelBlocks.at's")
     t_lo, t_hi = np.quantile((reps - point) / se_reps, [0.025, 0.975])
+    lin, rest = linear_part(reps, counts)
+    share = float(lin.var() / (lin.var() + rest.var()))
     bounds = {"boundary": boundary_interval(point, reps, counts, kb.plugin(), 0.95),
               "percentile": tuple(np.quantile(reps, [0.025, 0.975])),
               "bca": _bca_interval(reps, point, kb.at(1.0 - np.eye(n_cl)), 0.95),
               "bootstrap_t": (point - t_hi * se, point - t_lo * se)}
-    return {"point": float(point), "se": float(se),
+    bounds["hybrid"] = bounds["bootstrap_t"] if share > HYBRID_LINEAR_SHARE else bounds["boundary"]
+    return {"point": float(point), "se": float(se), "linear_share": share,
             **{k: (bool(lo <= truth <= hi), bool(lo > 0)) for k, (lo, hi) in bounds.items()}}
 
 
@@ -113,30 +123,36 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=4)
     ap.add_argument("--rho", type=float, default=0.5)
     ap.add_argument("--shifts", type=float, nargs="+", default=[0.5, 1.5])
+    ap.add_argument("--no-zero", action="store_true", help="leave out the truth-0 cells")
     ap.add_argument("--resamples", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kid_interval_variants.json"))
     args = ap.parse_args()
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
-           "shift_axis_variance": 2.0, "datasets": args.datasets, "n_resamples": args.resamples,
-           "confidence_level": 0.95, "cells": []}
+           "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
+           "hybrid_linear_share": HYBRID_LINEAR_SHARE, "cells": []}
+    # (shift, axis): a true 0, then each shift along the highest-variance axis (-1) and the lowest (0)
+    cells = ([] if args.no_zero else [(0.0, 0)]) + [(shift, axis) for axis in (-1, 0) for shift in args.shifts]
+    variances = np.linspace(0.5, 2.0, args.dim)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for shift in args.shifts:
+        for shift, axis in cells:
             for design in ("paired", "unpaired"):
-                rows = list(pool.map(_dataset, [(args.dim, args.episodes, args.frames, args.rho, design, shift, i,
-                                                 args.resamples, args.seed) for i in range(args.datasets)],
+                rows = list(pool.map(_dataset, [(args.dim, args.episodes, args.frames, args.rho, design, shift, axis,
+                                                 i, args.resamples, args.seed) for i in range(args.datasets)],
                                      chunksize=4))
                 points = np.array([r["point"] for r in rows])
                 z = (points - points.mean()) / points.std()
-                cell = {"shift": shift, "design": design,
+                cell = {"shift": shift, "shift_axis_variance": float(variances[axis]) if shift else None,
+                        "design": design,
                         "ij_se_over_estimate_sd": float(np.sqrt(np.mean([r["se"] ** 2 for r in rows])) / points.std()),
-                        "estimate_skewness": float(np.mean(z ** 3)), "estimate_kurtosis": float(np.mean(z ** 4))}
+                        "estimate_skewness": float(np.mean(z ** 3)), "estimate_kurtosis": float(np.mean(z ** 4)),
+                        "linear_share_median": float(np.median([r["linear_share"] for r in rows]))}
                 for name in INTERVALS:
                     hit = np.array([r[name] for r in rows])
                     p = float(hit[:, 0].mean())
                     cell[name] = {"coverage": p, "coverage_se": float(np.sqrt(p * (1 - p) / len(rows))),
-                                  "power": float(hit[:, 1].mean())}
+                                  ("power" if shift else "false_positive_rate"): float(hit[:, 1].mean())}
                 res["cells"].append(cell)
                 print(json.dumps(cell), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
