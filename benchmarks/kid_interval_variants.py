@@ -28,6 +28,7 @@ estimate across data sets, and the median linear share.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -46,12 +47,9 @@ def kid_and_se(kb, c: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.nda
     its infinitesimal-jackknife standard error: sqrt(sum_i c_i (D_i - mean_c D)^2) per resampling group, D_i the
     statistic's derivative in c_i (each of its three ratios S / P differentiated: d(S / P) = (dS - (S / P) dP) / P)."""
     def ratio(block: np.ndarray, na: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        row, col, diag = c @ block.T, c @ block, np.diag(block)
-        s = np.einsum("bi,bi->b", c, row) - (c * c) @ diag
-        ca, cb = c @ na, c @ nb
-        p = ca * cb - (c * c) @ (na * nb)
-        ds = row + col - 2.0 * c * diag
-        dp = na[None] * cb[:, None] + nb[None] * ca[:, None] - 2.0 * c * (na * nb)[None]
+        s, p = kb._distinct(c, block, na, nb)
+        ds = c @ block.T + c @ block - 2.0 * c * np.diag(block)
+        dp = na[None] * (c @ nb)[:, None] + nb[None] * (c @ na)[:, None] - 2.0 * c * (na * nb)[None]
         r = s / p
         return r, (ds - r[:, None] * dp) / p[:, None]
 
@@ -66,6 +64,7 @@ def kid_and_se(kb, c: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.nda
     return rx + ry - 2.0 * rxy, np.sqrt(var)
 
 
+@functools.lru_cache(maxsize=1)
 def _true_kid():
     """``benchmarks/coverage.py``'s closed-form KID between two Gaussians (loaded by path: a module named
     ``coverage`` on sys.path would shadow coverage.py the package)."""
