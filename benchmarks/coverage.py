@@ -152,6 +152,7 @@ def set_coverage(args) -> dict:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for truth_name, delta in truths[:getattr(args, "set_truths", 3)]:
             values = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
+            values = {m: v for m, v in values.items() if m in getattr(args, "set_metrics", SET_METRICS)}
             for design in ("paired", "unpaired"):
                 res = list(pool.map(_set_dataset, [(args, truth_name, delta, design, i, values)
                                                    for i in range(args.set_datasets)], chunksize=4))
@@ -224,6 +225,7 @@ def fd_bias(args: argparse.Namespace) -> dict:
     return out
 
 
+SET_METRICS = ("kid", "fd_bias_corrected")
 SET_PARTS = ("sets", "sets_more_episodes", "sets_mid", "sets_wide", "sets_high_axis", "sets_more_episodes_high_axis")
 
 
@@ -247,6 +249,22 @@ def set_cells(args: argparse.Namespace) -> dict:
     if args.set_more_episodes and "sets_more_episodes_high_axis" in parts:
         out["sets_more_episodes_high_axis"] = set_coverage(argparse.Namespace(
             **{**vars(args), "set_episodes": args.set_more_episodes, "set_shift_axis": -1}))
+    return out
+
+
+def merge_metrics(old: dict, new: dict, metrics: list[str]) -> dict:
+    """``new``'s parts, each with the cells of the metrics not run (``--set-metrics`` left them out) kept from
+    ``old``'s same part: the data sets are the same (their seeds depend on the cell and index alone), so a metric
+    whose code did not change keeps its figures. Cells keep ``old``'s order."""
+    out = {}
+    for key, part in new.items():
+        prev = old.get(key) or {}
+        if set(metrics) >= set(SET_METRICS) or not prev:
+            out[key] = part
+            continue
+        fresh = {(c["metric"], c["truth"], c["design"]): c for c in part["cells"]}
+        cells = [fresh.pop((c["metric"], c["truth"], c["design"]), c) for c in prev["cells"]]
+        out[key] = {**part, "cells": cells + list(fresh.values())}
     return out
 
 
@@ -277,6 +295,8 @@ def main() -> None:
     ap.add_argument("--set-shift", type=float, default=0.5)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the set-level cells")
     ap.add_argument("--bias-datasets", type=int, default=60)
+    ap.add_argument("--set-metrics", nargs="+", choices=SET_METRICS, default=list(SET_METRICS),
+                    help="with --only sets: run these metrics' cells and keep the others' figures (default: both)")
     ap.add_argument("--parts", nargs="+", choices=SET_PARTS, default=None,
                     help="with --only sets: run these set-level parts and keep the others' figures (default: all)")
     ap.add_argument("--only", choices=["means", "sets", "bias"], default=None,
@@ -288,7 +308,8 @@ def main() -> None:
         Path(args.out).write_text(json.dumps({**old, "fd_bias": fd_bias(args)}, indent=2) + "\n")
         return
     if args.only == "sets":
-        Path(args.out).write_text(json.dumps({**old, **set_cells(args)}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({**old, **merge_metrics(old, set_cells(args), args.set_metrics)},
+                                             indent=2) + "\n")
         return
     n, t, rho = args.episodes, args.frames, args.rho
     clusters = np.repeat(np.arange(n), t)

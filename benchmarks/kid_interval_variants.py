@@ -12,10 +12,12 @@ and each shift along the highest-variance axis (variance 2.0) and the lowest (0.
 - ``bca``: Efron's bias-corrected and accelerated interval (``wmeval.estimators.resample._bca_interval``), the
   acceleration from the delete-one-episode jackknife;
 - ``bootstrap_t``: studentized, each replicate's t = (U* - U) / se*, with se* the infinitesimal jackknife's standard
-  error of the replicate's own U-statistic (its gradient in the episode multiplicities, :func:`kid_and_se`);
+  error of the replicate's own U-statistic (its gradient in the episode multiplicities,
+  ``wmeval.estimators.distributional.KernelBlocks.standard_error``);
 - ``hybrid``: ``bootstrap_t`` where the replicates' linear part in the multiplicities
-  (``wmeval.estimators.resample.linear_part``) carries more than ``HYBRID_LINEAR_SHARE`` of their variance (the
-  linear regime, far from 0), else ``boundary``.
+  (``wmeval.estimators.resample.linear_share``) carries more than ``STUDENTIZE_LINEAR_SHARE`` (0.9) of their
+  variance (the linear regime, far from 0), else ``boundary``: ``wmeval.estimators.resample.distance_interval``,
+  the interval wmeval ships for KID.
 
 Reported per cell: each interval's coverage of the true KID, its power (intervals entirely above 0; at a true 0 the
 false-positive rate), the infinitesimal jackknife's standard error on the data over the estimator's actual spread
@@ -37,31 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+from wmeval.estimators.resample import STUDENTIZE_LINEAR_SHARE
+
 INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t", "hybrid")
-#: The share of the replicates' variance in their linear part above which ``hybrid`` takes the bootstrap-t interval.
-HYBRID_LINEAR_SHARE = 0.9
-
-
-def kid_and_se(kb, c: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """KID's episode-clustered U-statistic for each row of multiplicities ``c`` ``(B, N)`` (``KernelBlocks.at``) and
-    its infinitesimal-jackknife standard error: sqrt(sum_i c_i (D_i - mean_c D)^2) per resampling group, D_i the
-    statistic's derivative in c_i (each of its three ratios S / P differentiated: d(S / P) = (dS - (S / P) dP) / P)."""
-    def ratio(block: np.ndarray, na: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        s, p = kb._distinct(c, block, na, nb)
-        ds = c @ block.T + c @ block - 2.0 * c * np.diag(block)
-        dp = na[None] * (c @ nb)[:, None] + nb[None] * (c @ na)[:, None] - 2.0 * c * (na * nb)[None]
-        r = s / p
-        return r, (ds - r[:, None] * dp) / p[:, None]
-
-    (rx, gx), (ry, gy), (rxy, gxy) = (ratio(kb.xx, kb.nx, kb.nx), ratio(kb.yy, kb.ny, kb.ny),
-                                      ratio(kb.xy, kb.nx, kb.ny))
-    grad = gx + gy - 2.0 * gxy
-    var = np.zeros(len(c))
-    for g in np.unique(group):
-        cg, dg = c[:, group == g], grad[:, group == g]
-        mean = (cg * dg).sum(axis=1) / cg.sum(axis=1)
-        var += (cg * (dg - mean[:, None]) ** 2).sum(axis=1)
-    return rx + ry - 2.0 * rxy, np.sqrt(var)
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,7 +57,14 @@ def _true_kid():
 def _dataset(job: tuple) -> dict:
     from wmeval.core.rng import make_rng
     from wmeval.estimators import distributional as dist
-    from wmeval.estimators.resample import _bca_interval, boundary_interval, cluster_counts, linear_part
+    from wmeval.estimators.resample import (
+        _bca_interval,
+        boundary_interval,
+        cluster_counts,
+        distance_interval,
+        linear_share,
+        studentized_interval,
+    )
 
     d, n, t, rho, design, shift, axis, i, n_resamples, seed = job
     sigma = np.diag(np.linspace(0.5, 2.0, d))
@@ -98,18 +85,13 @@ def _dataset(job: tuple) -> dict:
                               dist.Side(y, inv_f, np.full(len(y), "all")), n_cl)
     c = counts.astype(np.float64)
     point, reps = kb.at(np.ones(n_cl)), kb.at(c)
-    (point_ij,), (se,) = kid_and_se(kb, np.ones((1, n_cl)), group)
-    reps_ij, se_reps = kid_and_se(kb, c, group)
-    if not (np.isclose(point_ij, point) and np.allclose(reps_ij, reps)):
-        raise AssertionError("kid_and_se's statistic is not KernelBlocks.at's")
-    t_lo, t_hi = np.quantile((reps - point) / se_reps, [0.025, 0.975])
-    lin, rest = linear_part(reps, counts)
-    share = float(lin.var() / (lin.var() + rest.var()))
+    se, se_reps = kb.standard_error(np.ones(n_cl), group), kb.standard_error(c, group)
+    share = linear_share(reps, counts)
     bounds = {"boundary": boundary_interval(point, reps, counts, kb.plugin(), 0.95),
               "percentile": tuple(np.quantile(reps, [0.025, 0.975])),
               "bca": _bca_interval(reps, point, kb.at(1.0 - np.eye(n_cl)), 0.95),
-              "bootstrap_t": (point - t_hi * se, point - t_lo * se)}
-    bounds["hybrid"] = bounds["bootstrap_t"] if share > HYBRID_LINEAR_SHARE else bounds["boundary"]
+              "bootstrap_t": studentized_interval(point, se, reps, se_reps, 0.95),
+              "hybrid": distance_interval(point, reps, counts, kb.plugin(), 0.95, se, se_reps)[:2]}
     return {"point": float(point), "se": float(se), "linear_share": share,
             **{k: (bool(lo <= truth <= hi), bool(lo > 0)) for k, (lo, hi) in bounds.items()}}
 
@@ -130,7 +112,7 @@ def main() -> None:
     args = ap.parse_args()
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
            "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
-           "hybrid_linear_share": HYBRID_LINEAR_SHARE, "cells": []}
+           "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "cells": []}
     # (shift, axis): a true 0, then each shift along the highest-variance axis (-1) and the lowest (0)
     cells = ([] if args.no_zero else [(0.0, 0)]) + [(shift, axis) for axis in (-1, 0) for shift in args.shifts]
     variances = np.linspace(0.5, 2.0, args.dim)

@@ -109,30 +109,3 @@ def test_the_fd_second_order_form_is_the_fd_near_equal_sets_and_its_self_terms_a
                                           metric="fd").point
             biases.append(plug - res.point)
     assert np.mean(sums) == pytest.approx(np.mean(biases), rel=0.1)
-
-
-def test_kid_interval_variants_standard_error_is_the_infinitesimal_jackknife_of_kernel_blocks():
-    """benchmarks/kid_interval_variants.py's bootstrap-t studentizes by an analytic gradient of KID's U-statistic in
-    the episode multiplicities: the statistic must be KernelBlocks.at's, and the gradient its numerical one."""
-    import numpy as np
-
-    from wmeval.estimators import distributional as dist
-
-    mod = _script("kid_interval_variants.py")
-    rng = np.random.default_rng(2)
-    ep = np.repeat(np.arange(10), 4)
-    x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 3)) + 0.3
-    for fake_ids in (ep, ep + 10):                     # paired, then independent sides
-        inv_r, inv_f, group = dist._cluster_index(ep, fake_ids)
-        n = len(group)
-        kb = dist.KernelBlocks.of(dist.Side(x, inv_r, np.full(40, "all")), dist.Side(y, inv_f, np.full(40, "all")), n)
-        c = rng.multinomial(n, np.full(n, 1.0 / n), size=3).astype(np.float64) + 0.5
-        u, se = mod.kid_and_se(kb, c, group)
-        assert np.allclose(u, kb.at(c))
-        h = 1e-6
-        grad = np.stack([(kb.at(c + h * e) - kb.at(c - h * e)) / (2 * h) for e in np.eye(n)], axis=1)
-        var = np.zeros(len(c))
-        for g in np.unique(group):
-            cg, dg = c[:, group == g], grad[:, group == g]
-            var += (cg * (dg - ((cg * dg).sum(1) / cg.sum(1))[:, None]) ** 2).sum(1)
-        assert np.allclose(se, np.sqrt(var), rtol=1e-5)

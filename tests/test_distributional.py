@@ -285,3 +285,49 @@ def test_kid_replicates_from_the_stored_block_sums_are_the_built_ones_and_refuse
         stored_kid_blocks(table, "toy", changed, 10, "data/stats/kid_blocks.parquet")
     with pytest.raises(WmevalError, match="clusters 10 vs 8"):
         stored_kid_blocks(table, "toy", sets, 8, KID_BLOCKS_FILE)
+
+
+@pytest.mark.parametrize("design", ["paired", "unpaired", "linked"])
+def test_kid_standard_error_is_the_infinitesimal_jackknife_of_its_u_statistic(design):
+    """KernelBlocks.standard_error, the bootstrap-t's scale: sqrt(sum_i c_i (D_i - mean_c D)^2) per resampling
+    group with D_i the numerical derivative of ``at`` in c_i (a dropped factor of 2 in the cross term, a linked pair
+    left in the derivative, or centring over both sides when they are resampled apart would each fail)."""
+    from wmeval.estimators.distributional import _cluster_index
+
+    rng = np.random.default_rng(2)
+    ep = np.repeat(np.arange(10), 4)
+    x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 3)) + 0.3
+    inv_r, inv_f, group = _cluster_index(ep, ep + 10 if design == "unpaired" else ep)
+    n = len(group)
+    link = np.array([3, -1, 0, 5, 4, 2, -1, 8, 1, 9]) if design == "linked" else None
+    kb = KernelBlocks.of(Side(x, inv_r, np.full(40, "all")), Side(y, inv_f, np.full(40, "all")), n, link=link)
+    c = rng.multinomial(n, np.full(n, 1.0 / n), size=3).astype(np.float64) + 0.5
+    h = 1e-6
+    grad = np.stack([(kb.at(c + h * e) - kb.at(c - h * e)) / (2 * h) for e in np.eye(n)], axis=1)
+    var = np.zeros(len(c))
+    for g in np.unique(group):
+        cg, dg = c[:, group == g], grad[:, group == g]
+        var += (cg * (dg - ((cg * dg).sum(1) / cg.sum(1))[:, None]) ** 2).sum(1)
+    np.testing.assert_allclose(kb.standard_error(c, group), np.sqrt(var), rtol=1e-5)
+    assert kb.standard_error(np.ones(n), group) == pytest.approx(kb.standard_error(np.ones((1, n)), group)[0])
+    # One distinct episode left: no statistic, no standard error.
+    assert np.isnan(kb.standard_error(np.eye(n)[0] * n, group))
+
+
+def test_kid_standard_error_matches_the_spread_of_the_estimate_across_data_sets():
+    """On the data (c = 1), the infinitesimal jackknife's standard error estimates the U-statistic's actual spread
+    over independent data sets (paired episodes, a shift: the linear regime), to within 20%: 0.93 here (the
+    benchmark measured 0.96-1.08 on 1000 data sets a cell); the cross term's derivative weighted 1 instead of 2
+    gives 1.48."""
+    rng = np.random.default_rng(7)
+    points, ses = [], []
+    for _ in range(150):
+        a = rng.normal(size=(24, 3))
+        ep = np.repeat(np.arange(24), 6)
+        x = np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(144, 3))
+        y = np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(144, 3)) + np.array([1.0, 0.0, 0.0])
+        kb = KernelBlocks.of(Side(x, ep, np.full(144, "all")), Side(y, ep, np.full(144, "all")), 24)
+        points.append(kb.at(np.ones(24)))
+        ses.append(kb.standard_error(np.ones(24)))
+    ratio = np.sqrt(np.mean(np.square(ses))) / np.std(points)
+    assert 0.8 < ratio < 1.2

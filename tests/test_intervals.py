@@ -8,16 +8,22 @@ import pytest
 
 from wmeval.bootstrap.intervals import intervals, min_rank, summarize
 from wmeval.core.config import BootstrapConfig
-from wmeval.estimators.distributional import KernelBlocks, Side
+from wmeval.core.rng import make_rng
+from wmeval.estimators.distributional import KernelBlocks, Side, _cluster_index
 from wmeval.estimators.resample import (
+    STUDENTIZE_LINEAR_SHARE,
     boundary_interval,
     cluster_bootstrap,
+    cluster_counts,
+    distance_interval,
     jackknife_bias,
     jackknife_centred,
     jackknife_counts,
     jackknife_weights,
     linear_part,
+    linear_share,
     resample_counts,
+    studentized_interval,
 )
 from wmeval.metrics import mmd2_unbiased
 from wmeval.stats import BootstrapResult, distribution_bootstrap
@@ -185,7 +191,22 @@ def test_distribution_bootstrap_is_the_stage_code_and_pairs_shared_ids():
     for m in paired:
         assert (paired[m].high - paired[m].low) < 0.6 * (unpaired[m].high - unpaired[m].low)
     bc = paired["fd_bias_corrected"]
-    assert bc.method == "boundary" and paired["kid"].method == "boundary" and bc.point < paired["fd"].point
+    assert bc.method == "boundary" and bc.point < paired["fd"].point
+    # KID: paired, its replicates are in their linear regime and the interval is the bootstrap-t, studentized by
+    # the infinitesimal jackknife on each replicate; unpaired (the resampling groups are the sides), the shared
+    # latents' noise keeps them out of it (linear share 0.84) and the interval is the boundary one.
+    for r, ids, want_method in ((paired["kid"], ep, "bootstrap-t"), (unpaired["kid"], ep + 100, "boundary")):
+        inv_r, inv_f, group = _cluster_index(ep, ids)
+        n = len(group)
+        kb = KernelBlocks.of(Side(ref.x, inv_r, ref.stratum), Side(fake.x, inv_f, fake.stratum), n)
+        counts = cluster_counts(np.arange(n), group, n, 300, make_rng(0, "distribution_bootstrap"))
+        reps = kb.at(counts.astype(float))
+        assert (linear_share(reps, counts) > STUDENTIZE_LINEAR_SHARE) == (want_method == "bootstrap-t")
+        assert r.method == want_method
+        want = (studentized_interval(r.point, kb.standard_error(np.ones(n), group), reps,
+                                     kb.standard_error(counts.astype(float), group), 0.95)
+                if want_method == "bootstrap-t" else boundary_interval(r.point, reps, counts, kb.plugin(), 0.95))
+        assert (r.low, r.high) == pytest.approx(want, rel=1e-12)
 
 
 def test_distribution_bootstrap_refuses_bad_input_and_warns_on_one_cluster():
@@ -290,30 +311,40 @@ def test_boundary_interval_warns_when_too_few_replicates_fit_the_linear_part():
 
 
 def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_statistic():
-    """replicate_rows: KID's interval is boundary_interval(U, replicates, counts, V); the bias-corrected FD is
-    FD - its jackknife bias, with the boundary interval of the plug-in replicates recentred on FD + that bias."""
+    """replicate_rows: KID's interval is boundary_interval(U, replicates, counts, V) near 0 and the bootstrap-t
+    (studentized_interval by KernelBlocks.standard_error) far from it, which one named in ``method``; the
+    bias-corrected FD is FD - its jackknife bias, with the boundary interval of the plug-in replicates recentred
+    on FD + that bias."""
     from wmeval.bootstrap.intervals import replicate_rows
     from wmeval.estimators.distributional import Replicates
 
     rng = np.random.default_rng(13)
     ref, a = _episodes(rng, rho=0.5)
     fake, _ = _episodes(rng, rho=0.5, latent=a)
-    fake.x = fake.x + 0.3
-    kb = KernelBlocks.of(ref, fake, 32)
+    far = Side(fake.x + 1.0, fake.episode, fake.stratum)
+    fake.x = fake.x + 0.05
+    kbs = [KernelBlocks.of(ref, fake, 32), KernelBlocks.of(ref, far, 32)]
     counts = resample_counts(32, 400, rng)
-    u, reps, v = kb.at(np.ones(32)), kb.at(counts.astype(float)), kb.plugin()
+    c = counts.astype(float)
+    u, reps, v = (np.array([kb.at(np.ones(32)) for kb in kbs]), np.stack([kb.at(c) for kb in kbs], axis=1),
+                  np.array([kb.plugin() for kb in kbs]))
+    se, rse = np.array([kb.standard_error(np.ones(32)) for kb in kbs]), np.stack([kb.standard_error(c) for kb in kbs], 1)
     fd_reps = rng.gamma(2.0, 0.05, size=(400, 1)) + 0.2
     bias = 0.06
-    wpts = pd.DataFrame({"metric": ["kid", "fd"], "condition": ["frame:pooled"] * 2, "source": ["m", "m"],
-                         "value": [u, 0.25]})
-    rows = replicate_rows("w", [Replicates("kid", "frame:pooled", ["m"], reps[:, None], np.array([32]),
-                                           {"scale": np.array([v])}),
-                                Replicates("fd", "frame:pooled", ["m"], fd_reps, np.array([32]),
+    wpts = pd.DataFrame({"metric": ["kid", "kid", "fd"], "condition": ["frame:pooled"] * 3,
+                         "source": ["near", "far", "near"], "value": [*u, 0.25]})
+    rows = replicate_rows("w", [Replicates("kid", "frame:pooled", ["near", "far"], reps, np.array([32, 32]),
+                                           {"scale": v, "se": se, "replicate_se": rse}),
+                                Replicates("fd", "frame:pooled", ["near"], fd_reps, np.array([32]),
                                            {"jackknife_bias": np.array([bias])})],
                           wpts, BOOT, None, counts)
+    kid = {r["source"]: r for r in rows if r["metric"] == "kid"}
+    assert linear_share(reps[:, 0], counts) < STUDENTIZE_LINEAR_SHARE < linear_share(reps[:, 1], counts)
+    assert (kid["near"]["low"], kid["near"]["high"]) == boundary_interval(u[0], reps[:, 0], counts, v[0], 0.95)
+    assert kid["near"]["method"] == "boundary" and kid["near"]["point"] == u[0]
+    assert (kid["far"]["low"], kid["far"]["high"]) == studentized_interval(u[1], se[1], reps[:, 1], rse[:, 1], 0.95)
+    assert kid["far"]["method"] == "bootstrap-t"
     by = {r["metric"]: r for r in rows}
-    assert (by["kid"]["low"], by["kid"]["high"]) == boundary_interval(u, reps, counts, v, 0.95)
-    assert by["kid"]["method"] == "boundary" and by["kid"]["point"] == u
     bc = by["fd_bias_corrected"]
     assert bc["point"] == pytest.approx(0.25 - bias)
     centred = fd_reps[:, 0] - fd_reps[:, 0].mean() + 0.25 + bias
@@ -617,3 +648,37 @@ def test_a_failed_bias_check_leaves_the_point_and_withholds_the_rest():
     # Fewer than 2 usable halves: not checked.
     lone = np.array([[0.0, 0.3], [0.0, np.nan], [np.nan, np.nan], [np.nan, np.nan]])
     assert [r["bias_check"] for r in two(lone) if r["metric"] == "fd_bias_corrected"] == ["passed", "unchecked"]
+
+
+def test_studentized_interval_reflects_the_quantiles_of_t_and_skips_replicates_without_a_scale():
+    """Bootstrap-t: (T - t_hi se, T - t_lo se) with t* = (T* - T) / se*. On replicates whose t* are skewed right,
+    the interval reaches further below T than above it (a percentile orientation, T + t se, would do the
+    opposite); replicates with a NaN value or a zero or NaN se* are left out, not counted as t = inf."""
+    t = np.linspace(-1.0, 3.0, 401)                       # quantiles 0.025 and 0.975 of t*: -0.9 and 2.9
+    center, se = 1.0, 0.5
+    rse = np.full(len(t), 2.0)
+    reps = center + t * rse
+    lo, hi = studentized_interval(center, se, reps, rse, 0.95)
+    assert (lo, hi) == pytest.approx((center - 2.9 * se, center + 0.9 * se), rel=1e-12)
+    bad_reps, bad_se = np.r_[reps, np.nan, 50.0, 50.0], np.r_[rse, 1.0, 0.0, np.nan]
+    assert studentized_interval(center, se, bad_reps, bad_se, 0.95) == (lo, hi)
+    assert np.isnan(studentized_interval(center, 0.0, reps, rse, 0.95)).all()
+
+
+def test_distance_interval_is_the_boundary_interval_near_zero_and_the_bootstrap_t_far_from_it():
+    """The switch on the replicates' linear share: a same-distribution pair (truth 0) keeps the boundary interval,
+    which covers a true 0; a clear shift takes the bootstrap-t; each is exactly its own function's interval."""
+    rng = np.random.default_rng(21)
+    ref, a = _episodes(rng, rho=0.5)
+    counts = resample_counts(32, 400, rng)
+    c = counts.astype(float)
+    for shift, method in ((0.0, "boundary"), (1.0, "bootstrap-t")):
+        fake, _ = _episodes(rng, rho=0.5, latent=a)
+        fake.x = fake.x + np.array([shift, 0, 0, 0])
+        kb = KernelBlocks.of(ref, fake, 32)
+        u, reps, se, rse = kb.at(np.ones(32)), kb.at(c), kb.standard_error(np.ones(32)), kb.standard_error(c)
+        lo, hi, got = distance_interval(u, reps, counts, kb.plugin(), 0.95, se, rse)
+        assert got == method
+        want = (boundary_interval(u, reps, counts, kb.plugin(), 0.95) if method == "boundary"
+                else studentized_interval(u, se, reps, rse, 0.95))
+        assert (lo, hi) == want and lo < u < hi

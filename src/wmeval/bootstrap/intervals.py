@@ -36,9 +36,11 @@ from wmeval.estimators.distributional import (
 )
 from wmeval.estimators.resample import (
     BIAS_CHECK_LIMIT,
+    STUDENTIZE_LINEAR_SHARE,
     JackknifePlan,
     bias_check_failed,
     boundary_interval,
+    distance_interval,
     jackknife_centred,
     leftover_bias,
     percentile_interval,
@@ -279,7 +281,8 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
         group = summarize(key, r.sources, point, r.values, n, boot, base, n_resamples=B,
                           interval="basic" if r.metric == "fd_infinity" else "percentile")
         if r.metric == "kid":
-            _boundary(group, point, r.values, counts, r.extra["scale"], n, boot.confidence_level)
+            _boundary(group, point, r.values, counts, r.extra["scale"], n, boot.confidence_level,
+                      r.extra["se"], r.extra["replicate_se"])
         rows += group
         if r.metric in BIAS_CORRECTED and (r.metric == "fd_stratified" or r.condition.endswith(":pooled")):
             # Jackknife bias correction: FD - bias, the bias from the delete-a-group jackknife over episodes
@@ -332,16 +335,24 @@ def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) ->
 
 
 def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: np.ndarray, scale: np.ndarray,
-              n_clusters: np.ndarray, level: float) -> None:
+              n_clusters: np.ndarray, level: float, se: np.ndarray | None = None,
+              replicate_se: np.ndarray | None = None) -> None:
     """Give each row of ``group`` (one per source) the boundary interval of its distance
     (:func:`~wmeval.estimators.resample.boundary_interval` of ``center`` and ``reps``: it covers a true 0, where
-    the percentile and basic intervals of a degenerate statistic cover it 99-100% of the time); sources with
-    fewer than 2 clusters keep no interval."""
+    the percentile and basic intervals of a degenerate statistic cover it 99-100% of the time); with standard
+    errors ``se`` ``(S,)`` and ``replicate_se`` ``(B, S)`` (KID's), the bootstrap-t instead where the replicates
+    are in their linear regime (:func:`~wmeval.estimators.resample.distance_interval`; ``method`` says which).
+    Sources with fewer than 2 clusters keep no interval."""
     for j, row in enumerate(group):
-        if n_clusters[j] >= 2 and np.isfinite(row["point"]):
+        row["method"] = "boundary"
+        if not (n_clusters[j] >= 2 and np.isfinite(row["point"])):
+            continue
+        if se is None:
             row["low"], row["high"] = boundary_interval(float(center[j]), reps[:, j], counts, float(scale[j]),
                                                         level)
-        row["method"] = "boundary"
+        else:
+            row["low"], row["high"], row["method"] = distance_interval(
+                float(center[j]), reps[:, j], counts, float(scale[j]), level, float(se[j]), replicate_se[:, j])
 
 
 
@@ -439,7 +450,11 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                                                "jackknife's bias estimate; over 32 episodes, 32 groups of "
                                                "episodes) are what headlines and ranks use; KID is the "
                                                "U-statistic over row pairs from distinct episodes, its replicates "
-                                               "never pair an episode with itself or its copies. Both carry "
+                                               "never pair an episode with itself or its copies. KID far from "
+                                               "0 (its replicates' linear part carrying over "
+                                               f"{STUDENTIZE_LINEAR_SHARE:.0%} of their variance) carries the "
+                                               "bootstrap-t, each replicate studentized by its own "
+                                               "infinitesimal-jackknife standard error; otherwise both carry "
                                                "the boundary interval: a test inverted for "
                                                "each candidate value, each replicate split into its linear part "
                                                "(the least-squares fit on the episode multiplicities, shrunk to "

@@ -53,6 +53,7 @@ from wmeval.estimators.resample import (
     bias_check_failed,
     boundary_interval,
     cluster_counts,
+    distance_interval,
     jackknife_centred,
     leftover_bias,
     percentile_interval,
@@ -711,6 +712,45 @@ class KernelBlocks:
             out = np.where((pxx > 0) & (pyy > 0) & (pxy > 0), sxx / pxx + syy / pyy - 2.0 * sxy / pxy, np.nan)
         return float(out[0]) if np.ndim(c) == 1 else out
 
+    def standard_error(self, c: np.ndarray, group: np.ndarray | None = None) -> np.ndarray | float:
+        """The infinitesimal jackknife's standard error of :meth:`at` on the data set with multiplicities ``c``
+        (``(n,)`` or ``(B, n)``): ``sqrt(sum_i c_i (D_i - mean_c D)^2)``, summed over the resampling groups
+        ``group`` ``(n,)`` (one group when None: every episode resampled together), with ``D_i`` the statistic's
+        derivative in ``c_i``. Each of its three ratios ``S / P`` differentiates as ``(dS - (S / P) dP) / P``; a
+        cluster pair left out (a cluster with itself, a linked pair) is left out of the derivative too.
+
+        Every copy of a cluster is a unit of the resampled data set with that derivative, so this is the
+        bootstrap-t's studentizing scale (:func:`~wmeval.estimators.resample.studentized_interval`): the
+        data's own standard error, computed the same way on the data (``c = 1``) and on each replicate.
+        NaN where :meth:`at` is."""
+        cc = np.atleast_2d(np.asarray(c, dtype=np.float64))
+        grad = np.zeros_like(cc)
+        for block, na, nb, sign in ((self.xx, self.nx, self.nx, 1.0), (self.yy, self.ny, self.ny, 1.0),
+                                    (self.xy, self.nx, self.ny, -2.0)):
+            s, p = self._distinct(cc, block, na, nb)
+            ds = cc @ block.T + cc @ block - 2.0 * cc * np.diag(block)
+            dp = na[None] * (cc @ nb)[:, None] + nb[None] * (cc @ na)[:, None] - 2.0 * cc * (na * nb)[None]
+            if sign < 0 and self.link is not None:
+                e = np.flatnonzero((self.link >= 0) & (self.link != np.arange(len(self.link))))
+                f = self.link[e]                       # x cluster f with y cluster e: out of the cross term
+                both = cc[:, f] * cc[:, e]
+                s, p = s - both @ self.xy[f, e], p - both @ (self.nx[f] * self.ny[e])
+                for d_, w in ((ds, self.xy[f, e]), (dp, self.nx[f] * self.ny[e])):
+                    np.subtract.at(d_.T, f, (cc[:, e] * w).T)        # d(c_f c_e w) / dc_f = c_e w
+                    np.subtract.at(d_.T, e, (cc[:, f] * w).T)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = s / p
+                grad += sign * (ds - r[:, None] * dp) / p[:, None]
+        groups = np.zeros(cc.shape[1], dtype=np.int64) if group is None else np.unique(group, return_inverse=True)[1]
+        var = np.zeros(len(cc))
+        for g in np.unique(groups):
+            cg, dg = cc[:, groups == g], grad[:, groups == g]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = (cg * dg).sum(axis=1) / cg.sum(axis=1)
+            var += (cg * (dg - mean[:, None]) ** 2).sum(axis=1)
+        se = np.where(np.isfinite(self.at(cc)), np.sqrt(var), np.nan)
+        return float(se[0]) if np.ndim(c) == 1 else se
+
 
 @dataclass
 class Replicates:
@@ -722,7 +762,9 @@ class Replicates:
     values: np.ndarray
     n_clusters: np.ndarray | None = None      # (S,) episodes with rows, per source
     #: ``scale`` ``(S,)``: KID's plug-in squared distance (V-statistic), the size of the difference its replicates'
-    #: linear part is built on (:func:`~wmeval.estimators.resample.boundary_interval`); for the pooled and
+    #: linear part is built on (:func:`~wmeval.estimators.resample.boundary_interval`), with ``se`` ``(S,)`` and
+    #: ``replicate_se`` ``(B, S)``, the infinitesimal jackknife's standard errors on the data and in each replicate
+    #: (:meth:`KernelBlocks.standard_error`, the bootstrap-t's scale); for the pooled and
     #: stratified FDs, ``jackknife_bias`` ``(S,)``: the episode jackknife's bias estimate (the stratified FD's is
     #: the strata's, weighted), which the bias-corrected form subtracts, and ``leftover_bias`` ``(H, S)``: what its
     #: two-scale check estimates the correction leaves, per half (:class:`~wmeval.estimators.resample.JackknifePlan`)
@@ -1056,15 +1098,20 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
         kbs = [KernelBlocks.from_sums(vs.reference, vs.sources[src], *stored[view, src], vs.linked.get(src))
                if (view, src) in stored else KernelBlocks.of(vs.reference, vs.sources[src], n, xx, vs.linked.get(src))
                for src in sources]
+        ones = np.ones(n)
         out.append(Replicates("kid", f"{view}:pooled", sources, np.stack([kb.at(c) for kb in kbs], axis=1), pooled,
-                              {"scale": np.array([kb.plugin() for kb in kbs])}))
+                              {"scale": np.array([kb.plugin() for kb in kbs]),
+                               "se": np.array([kb.standard_error(ones) for kb in kbs]),
+                               "replicate_se": np.stack([kb.standard_error(c) for kb in kbs], axis=1)}))
     return out
 
 
 # ----------------------------------------------------------------------------- the public set-level bootstrap
 
 #: The metrics :func:`distribution_bootstrap` takes, and the interval each carries.
-SET_METRICS = {"fd": "percentile", "fd_bias_corrected": "boundary", "kid": "boundary"}
+#: KID's is the boundary interval near 0 and the bootstrap-t far from it (:func:`~wmeval.estimators.resample.
+#: distance_interval`; the result's ``method`` says which).
+SET_METRICS = {"fd": "percentile", "fd_bias_corrected": "boundary", "kid": "boundary or bootstrap-t"}
 
 
 def _cluster_index(real_clusters: np.ndarray, fake_clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1107,9 +1154,12 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
             bias in moderate d; no interval, with a warning, where the correction fails its two-scale check,
             :class:`~wmeval.estimators.resample.JackknifePlan`: with too few independent rows for the
             dimension it leaves a bias its interval would not show) or ``kid`` (unbiased MMD^2 with the
-            kernel ``(x.y / d + 1)^3``, the boundary interval,
+            kernel ``(x.y / d + 1)^3``; near 0 the boundary interval,
             :func:`~wmeval.estimators.resample.boundary_interval`, which covers a true 0 at about the nominal
-            level where a percentile interval covers it 99-100% of the time).
+            level where a percentile interval covers it 99-100% of the time, and far from 0, where the
+            replicates' linear part carries most of their variance, the bootstrap-t studentized by each
+            replicate's infinitesimal-jackknife standard error, :meth:`KernelBlocks.standard_error`:
+            :func:`~wmeval.estimators.resample.distance_interval`; ``method`` says which).
         n_resamples, confidence_level, seed: B, the level, and the resampling's seed.
 
     Returns:
@@ -1143,11 +1193,12 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
     enough = min(sizes.values()) >= 2
     if metric == "kid":
         kb = KernelBlocks.of(ref, side, n)
-        point, reps = kb.at(np.ones(n)), kb.at(counts.astype(np.float64))
-        lo, hi = (boundary_interval(point, reps, counts, kb.plugin(), confidence_level) if enough
-                  else (np.nan, np.nan))
-        return BootstrapResult(float(point), float(lo), float(hi), SET_METRICS[metric], n_resamples, n,
-                               confidence_level)
+        c = counts.astype(np.float64)
+        point, reps = kb.at(np.ones(n)), kb.at(c)
+        lo, hi, method = (distance_interval(point, reps, counts, kb.plugin(), confidence_level,
+                                            kb.standard_error(np.ones(n), group), kb.standard_error(c, group))
+                          if enough else (np.nan, np.nan, "boundary"))
+        return BootstrapResult(float(point), float(lo), float(hi), method, n_resamples, n, confidence_level)
     vs = ViewSets("frame", ref, {"fake": side}, [])
     point = _fd(_reference(ref), side)
     one = _ViewFD.of(vs, n)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from wmeval.core.errors import WmevalError
-from wmeval.estimators.resample import BIAS_CHECK_LIMIT
+from wmeval.estimators.resample import BIAS_CHECK_LIMIT, STUDENTIZE_LINEAR_SHARE
 from wmeval.metrics import REGISTRY, MetricInfo
 
 REGIME_LABEL = {"teacher_forced": "one-step", "open_loop": "open-loop", "closed_loop": "closed-loop",
@@ -121,10 +121,18 @@ def _interval(c: CardContext) -> dict[str, str]:
     r, boot = c.rows.iloc[0], c.protocol["bootstrap"]
     ncl = sorted(set(int(x) for x in c.rows.n_clusters)) if "n_clusters" in c.rows else []
     clusters = "-".join(map(str, (ncl[0], ncl[-1]))) if len(ncl) > 1 else ncl[0] if ncl else "?"
-    return {"interval": (f"{r.method} bootstrap, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
+    methods = list(dict.fromkeys(c.rows.method)) if "method" in c.rows else [r.method]
+    if len(methods) > 1:       # KID: the boundary interval near 0, the bootstrap-t far from it, per model
+        per = "; ".join(f"{m}: {', '.join(sorted(set(map(str, c.rows.source[c.rows.method == m]))))}"
+                        for m in methods)
+        method = f"{' or '.join(methods)} bootstrap ({per})"
+    else:
+        method = f"{methods[0]} bootstrap"
+    return {"interval": (f"{method}, B = {int(r.n_resamples)}, {r.confidence_level:.0%}, resampling "
                          f"unit: {r.resampling_unit} ({clusters} clusters), paired across the world's models, "
                          f"seed {boot['seed']}"
-                         + (BOUNDARY_NOTE if r.method == "boundary" else "")),
+                         + (BOUNDARY_NOTE if "boundary" in methods else "")
+                         + (STUDENTIZED_NOTE if "bootstrap-t" in methods else "")),
             "strata in the resampling": boot.get("strata", "none")}
 
 
@@ -133,6 +141,10 @@ BOUNDARY_NOTE = ("; boundary interval: each replicate split into its linear part
                  "linear part shrunk to its size there (it vanishes at 0), so that the interval covers a true 0 at "
                  "about the nominal level (benchmarks/coverage.py); the paired differences and ranks come from the "
                  "replicates themselves")
+STUDENTIZED_NOTE = (f"; bootstrap-t (KID far from 0, where the replicates' linear part carries over "
+                    f"{STUDENTIZE_LINEAR_SHARE:.0%} of their variance): each replicate studentized by its own infinitesimal-jackknife standard error, the "
+                    "interval T - t se from the quantiles of t, which corrects the estimate's skew where the boundary "
+                    "interval was too narrow (benchmarks/kid_interval_variants.py)")
 
 
 # ----------------------------------------------------------------------------- fields a metric names

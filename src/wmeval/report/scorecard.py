@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 import wmeval.report.figures as figures
-from wmeval.estimators.resample import BIAS_CHECK_LIMIT
+from wmeval.estimators.resample import BIAS_CHECK_LIMIT, STUDENTIZE_LINEAR_SHARE
 from wmeval.metrics import REGISTRY, Shown
 from wmeval.rendering.document import (
     Doc,
@@ -466,8 +466,11 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                  f"features ({sets['datasets']} data sets of {sets['episodes']} episodes x "
                  f"{sets['frames_per_episode']} rows, d = {sets['dim']}, rho = {sets['rho']}, closed-form truth): "
                  f"the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
-                 f"{cells('kid', sets)}. Both carry the boundary interval: a test inverted for each candidate "
-                 "value, whose linear term shrinks to 0 at a true 0.")
+                 f"{cells('kid', sets)}. The bias-corrected FD carries the boundary interval: a test inverted "
+                 "for each candidate value, whose linear term shrinks to 0 at a true 0; KID carries it near 0, and "
+                 "far from 0 (where its replicates' linear part carries over "
+                 f"{STUDENTIZE_LINEAR_SHARE:.0%} of their variance) the bootstrap-t, each replicate studentized "
+                 "by its own standard error.")
         def spans(metric: str, tab: dict) -> str:
             """A part's cells in brief: the range of coverage over the intervals given, and what was withheld."""
             cs = [c for c in tab["cells"] if c["metric"] == metric]
@@ -518,7 +521,8 @@ def _front_matter(doc: Doc, protocol: dict[str, Any], provenance: dict[str, Any]
           + ("" if enc["comparable_to_published"] else " (weight-free: **not comparable to published FID/FVD**)")
           + f". Every number is a point estimate with its {boot['confidence_level']:.0%} "
           f"{boot['method']} bootstrap interval (B = {boot['n_resamples']}, seed {boot['seed']}; the bias-corrected "
-          "FDs and KID: the boundary interval of their replicates), resampling "
+          "FDs: the boundary interval of their replicates; KID: the boundary interval near 0, the bootstrap-t far "
+          "from it), resampling "
           "episodes, the independent unit, with the same resampled episodes for every model of a world (paired). "
           "↓ lower is better, ↑ higher is better, →1 closest to 1 is best. `ground_truth` rows are the true world "
           "scored by the same code: a reference, not a competitor."
@@ -727,8 +731,8 @@ def _distributional_section(v: WorldView) -> None:
           "history produced which frame). `transition`: each frame joined with the previous one, the motion "
           "an action caused. Stratified FD: within each stratum, then weighted. The FD interval is for the "
           "plug-in estimator, which is biased at finite N; the bias-corrected row carries the boundary interval, "
-          "KID the boundary interval (it covers a true 0 at about the nominal level; see the interval "
-          "validation above), and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
+          "KID the boundary interval near 0 (it covers a true 0 at about the nominal level; see the interval "
+          "validation above) and the bootstrap-t far from it (each row's method is on its protocol card), and FD-infinity the replicates' spread centred on it. Flagged strata (too few rows, or n <= d) are "
           "kept and marked." + (f" Not built: {dp['skipped_views']}." if dp.get("skipped_views") else "")
           + " " + OUTSIDE_NOTE)
     doc.table(metric_table(iv, models, cols["distributional"]))
