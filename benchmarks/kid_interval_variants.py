@@ -25,6 +25,11 @@ across data sets (root mean square; below 1: the data understate the spread), th
 estimate across data sets, and the median linear share.
 
     python benchmarks/kid_interval_variants.py [--datasets 1000] [--episodes 32] [--resamples 500]
+
+``--dump FILE`` also writes every data set's point, standard error, linear share and intervals, and
+``--compare-rules FILE...`` compares switch rules (:data:`RULES`) on such dumps without a run. The held-out check of
+the shipped rule (fresh seed, 300 data sets a cell, at 32 and 64 episodes and at d = 16) and that comparison are in
+``benchmarks/results/kid_interval_variants_heldout.json``.
 """
 
 from __future__ import annotations
@@ -92,8 +97,44 @@ def _dataset(job: tuple) -> dict:
               "bca": _bca_interval(reps, point, kb.at(1.0 - np.eye(n_cl)), 0.95),
               "bootstrap_t": studentized_interval(point, se, reps, se_reps, 0.95),
               "hybrid": distance_interval(point, reps, counts, kb.plugin(), 0.95, se, se_reps)[:2]}
-    return {"point": float(point), "se": float(se), "linear_share": share,
+    return {"truth": float(truth), "point": float(point), "se": float(se), "linear_share": share,
+            "bounds": {k: (float(lo), float(hi)) for k, (lo, hi) in bounds.items()},
             **{k: (bool(lo <= truth <= hi), bool(lo > 0)) for k, (lo, hi) in bounds.items()}}
+
+
+#: Switch rules compared on dumped data sets (``--compare-rules``): each picks an interval from a data set's record.
+RULES = {
+    "boundary": lambda r: r["bounds"]["boundary"],
+    "bootstrap_t": lambda r: r["bounds"]["bootstrap_t"],
+    "shipped (share > 0.9)": lambda r: r["bounds"]["hybrid"],
+    "z > 2": lambda r: r["bounds"]["bootstrap_t"] if r["point"] > 2 * r["se"] else r["bounds"]["boundary"],
+    "union if z > 2": lambda r: ((min(r["bounds"]["bootstrap_t"][0], r["bounds"]["boundary"][0]),
+                                  max(r["bounds"]["bootstrap_t"][1], r["bounds"]["boundary"][1]))
+                                 if r["point"] > 2 * r["se"] else r["bounds"]["boundary"]),
+}
+
+
+def compare_rules(paths: list[str]) -> dict:
+    """Coverage of each rule in :data:`RULES` per cell of the dumped data sets (``--dump``), the worst cell, and the
+    summed distance of the cells' coverage from 93-97% (percentage points)."""
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines()]
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["dim"], r["episodes"], r["shift"], r["axis"], r["design"]), []).append(r)
+    out = {"cells": [], "worst": {}, "outside_93_97": {}}
+    for key, rs in sorted(cells.items()):
+        cov = {}
+        for name, pick in RULES.items():
+            b = [pick(r) for r in rs]
+            cov[name] = float(np.mean([lo <= r["truth"] <= hi for r, (lo, hi) in zip(rs, b)]))
+        out["cells"].append({"dim": key[0], "episodes": key[1], "shift": key[2], "axis": key[3], "design": key[4],
+                             "datasets": len(rs), "median_z": float(np.median([r["point"] / r["se"] for r in rs])),
+                             "coverage": cov})
+    for name in RULES:
+        c = np.array([cell["coverage"][name] for cell in out["cells"]])
+        out["worst"][name] = float(c.min())
+        out["outside_93_97"][name] = float(100 * (np.clip(0.93 - c, 0, None) + np.clip(c - 0.97, 0, None)).sum())
+    return out
 
 
 def main() -> None:
@@ -109,7 +150,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kid_interval_variants.json"))
+    ap.add_argument("--dump", default=None, help="also write each data set's point, standard error, linear share "
+                                                 "and intervals here (JSON lines), to study other switch rules")
+    ap.add_argument("--compare-rules", nargs="+", default=None, metavar="DUMP",
+                    help="compare the switch rules on these dumps (written by --dump) and print the result; no run")
     args = ap.parse_args()
+    if args.compare_rules:
+        print(json.dumps(compare_rules(args.compare_rules), indent=2))
+        return
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
            "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
            "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "cells": []}
@@ -136,6 +184,13 @@ def main() -> None:
                                   ("power" if shift else "false_positive_rate"): float(hit[:, 1].mean())}
                 res["cells"].append(cell)
                 print(json.dumps(cell), flush=True)
+                if args.dump:
+                    with open(args.dump, "a") as fh:
+                        for i, r in enumerate(rows):
+                            fh.write(json.dumps({"dim": args.dim, "episodes": args.episodes, "shift": shift,
+                                                 "axis": axis, "design": design, "i": i, "truth": r["truth"],
+                                                 **{k: r[k] for k in ("point", "se", "linear_share", "bounds")}})
+                                     + "\n")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
 

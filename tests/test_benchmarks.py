@@ -109,3 +109,39 @@ def test_the_fd_second_order_form_is_the_fd_near_equal_sets_and_its_self_terms_a
                                           metric="fd").point
             biases.append(plug - res.point)
     assert np.mean(sums) == pytest.approx(np.mean(biases), rel=0.1)
+
+
+def test_coverage_reruns_of_one_metric_keep_the_others_cells_in_place():
+    """benchmarks/coverage.py --only sets --set-metrics kid: a part's KID cells are replaced, its FD cells kept from
+    the previous results, in their order; a part new to the file is taken whole."""
+    mod = _script("coverage.py")
+
+    def cell(metric, truth, design, cov):
+        return {"metric": metric, "truth": truth, "design": design, "coverage": cov}
+
+    old = {"sets": {"datasets": 400, "cells": [cell("kid", "zero", "paired", 0.9), cell("fd_bias_corrected", "zero",
+                                                                                         "paired", 0.8),
+                                               cell("kid", "shift", "paired", 0.7)]}}
+    new = {"sets": {"datasets": 400, "cells": [cell("kid", "zero", "paired", 0.91), cell("kid", "shift", "paired", 0.95)]},
+           "sets_mid": {"datasets": 400, "cells": [cell("kid", "zero", "paired", 0.5)]}}
+    out = mod.merge_metrics(old, new, ["kid"])
+    assert [c["coverage"] for c in out["sets"]["cells"]] == [0.91, 0.8, 0.95]
+    assert out["sets_mid"] == new["sets_mid"]
+    assert mod.merge_metrics(old, new, ["kid", "fd_bias_corrected"])["sets"] == new["sets"]
+
+
+def test_kid_switch_rules_are_compared_on_the_dumped_data_sets(tmp_path):
+    """kid_interval_variants.py --compare-rules: per cell, the share of data sets whose chosen interval holds the
+    truth; z > 2 takes the bootstrap-t only where the point is over 2 standard errors above 0."""
+    import json
+
+    mod = _script("kid_interval_variants.py")
+    rows = [{"dim": 4, "episodes": 32, "shift": 0.5, "axis": -1, "design": "paired", "truth": 1.0, "point": p,
+             "se": 0.1, "linear_share": 0.5, "bounds": {"boundary": b, "bootstrap_t": t, "hybrid": b}}
+            for p, b, t in ((1.0, (0.9, 1.1), (1.2, 1.3)),      # z = 10: the bootstrap-t, which misses
+                            (0.15, (0.0, 2.0), (1.5, 1.6)))]    # z = 1.5: the boundary interval, which covers
+    dump = tmp_path / "d.jsonl"
+    dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (cell,) = mod.compare_rules([str(dump)])["cells"]
+    assert cell["coverage"]["boundary"] == 1.0 and cell["coverage"]["bootstrap_t"] == 0.0
+    assert cell["coverage"]["z > 2"] == 0.5 and cell["coverage"]["union if z > 2"] == 1.0

@@ -388,3 +388,19 @@ def test_deferred_figures_nest_and_restore_the_outer_context():
             assert inner(figure_svg(fig(1))) == direct[1]
         last = figure_svg(fig(2))
         assert outer(first + last) == direct[0] + direct[2]
+
+
+def test_the_interval_card_names_each_models_method_where_kid_switches_to_the_bootstrap_t():
+    """KID's rows carry the boundary interval near 0 and the bootstrap-t far from it: a card whose rows mix the two
+    names both, which models carry which, and explains each; a card of one method names that one alone."""
+    from wmeval.report.cards import BOUNDARY_NOTE, STUDENTIZED_NOTE, CardContext, _interval
+
+    rows = pd.DataFrame({"source": ["far", "near", "near2"], "method": ["bootstrap-t", "boundary", "boundary"],
+                         "n_resamples": [500] * 3, "confidence_level": [0.95] * 3,
+                         "resampling_unit": ["observation episode"] * 3, "n_clusters": [32, 32, 32]})
+    ctx = CardContext("w", {}, {"bootstrap": {"seed": 0}}, "kid", "open_loop", rows)
+    text = _interval(ctx)["interval"]
+    assert text.startswith("bootstrap-t or boundary bootstrap (bootstrap-t: far; boundary: near, near2), B = 500")
+    assert BOUNDARY_NOTE in text and STUDENTIZED_NOTE in text
+    one = _interval(CardContext("w", {}, {"bootstrap": {"seed": 0}}, "kid", "open_loop", rows.iloc[1:]))["interval"]
+    assert one.startswith("boundary bootstrap, B = 500") and STUDENTIZED_NOTE not in one
