@@ -303,6 +303,8 @@ def main() -> None:
                     help="run one part and keep the other's figures from the existing results file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "coverage.json"))
     args = ap.parse_args()
+    if set(args.set_metrics) != set(SET_METRICS) and args.only != "sets":
+        ap.error("--set-metrics leaves a metric's cells out: use it with --only sets, which keeps their old figures")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if args.only == "bias":
         Path(args.out).write_text(json.dumps({**old, "fd_bias": fd_bias(args)}, indent=2) + "\n")

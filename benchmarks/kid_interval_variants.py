@@ -158,6 +158,8 @@ def main() -> None:
     if args.compare_rules:
         print(json.dumps(compare_rules(args.compare_rules), indent=2))
         return
+    if args.dump:
+        Path(args.dump).write_text("")             # each run's dump on its own: cells appended below
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
            "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
            "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "cells": []}

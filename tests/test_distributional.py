@@ -331,3 +331,22 @@ def test_kid_standard_error_matches_the_spread_of_the_estimate_across_data_sets(
         ses.append(kb.standard_error(np.ones(24)))
     ratio = np.sqrt(np.mean(np.square(ses))) / np.std(points)
     assert 0.8 < ratio < 1.2
+
+
+def test_kid_replicates_carry_each_sources_standard_errors_on_the_data_and_per_replicate():
+    """replicates(): KID's extras ``se`` (on the data, c = 1) and ``replicate_se`` (each replicate's multiplicities)
+    are KernelBlocks.standard_error of each source's own blocks, a linked control's link included (swapping the two,
+    or building the linked source's blocks without its link, fails)."""
+    vs = _toy(np.random.default_rng(3), n_eps=12, rows=6)
+    link = np.roll(np.arange(12), 1)
+    vs.linked = {"reversed": link}
+    counts = np.random.default_rng(4).multinomial(12, np.full(12, 1 / 12), size=8)
+    kid = next(r for r in replicates({"frame": vs}, counts, Settings.defaults(), n_jobs=1) if r.metric == "kid")
+    for j, src in enumerate(kid.sources):
+        kb = KernelBlocks.of(vs.reference, vs.sources[src], 12, link=vs.linked.get(src))
+        assert kid.extra["se"][j] == pytest.approx(kb.standard_error(np.ones(12)), rel=1e-10)
+        np.testing.assert_allclose(kid.extra["replicate_se"][:, j], kb.standard_error(counts.astype(float)),
+                                   rtol=1e-10)
+    j = kid.sources.index("reversed")
+    unlinked = KernelBlocks.of(vs.reference, vs.sources["reversed"], 12)
+    assert abs(unlinked.standard_error(np.ones(12)) - kid.extra["se"][j]) > 1e-6 * kid.extra["se"][j]

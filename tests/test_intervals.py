@@ -194,11 +194,16 @@ def test_distribution_bootstrap_is_the_stage_code_and_pairs_shared_ids():
     assert bc.method == "boundary" and bc.point < paired["fd"].point
     # KID: paired, its replicates are in their linear regime and the interval is the bootstrap-t, studentized by
     # the infinitesimal jackknife on each replicate; unpaired (the resampling groups are the sides), the shared
-    # latents' noise keeps them out of it (linear share 0.84) and the interval is the boundary one.
-    for r, ids, want_method in ((paired["kid"], ep, "bootstrap-t"), (unpaired["kid"], ep + 100, "boundary")):
+    # latents' noise keeps them out of it (linear share 0.84) and the interval is the boundary one, until the
+    # shift is larger (then the bootstrap-t, its resampling groups the two sides).
+    far = distribution_bootstrap(ref.x, fake.x + 1.0, real_clusters=ep, fake_clusters=ep + 100, metric="kid",
+                                 n_resamples=300)
+    for r, ids, want_method, shift in ((paired["kid"], ep, "bootstrap-t", 0.0),
+                                       (unpaired["kid"], ep + 100, "boundary", 0.0),
+                                       (far, ep + 100, "bootstrap-t", 1.0)):
         inv_r, inv_f, group = _cluster_index(ep, ids)
         n = len(group)
-        kb = KernelBlocks.of(Side(ref.x, inv_r, ref.stratum), Side(fake.x, inv_f, fake.stratum), n)
+        kb = KernelBlocks.of(Side(ref.x, inv_r, ref.stratum), Side(fake.x + shift, inv_f, fake.stratum), n)
         counts = cluster_counts(np.arange(n), group, n, 300, make_rng(0, "distribution_bootstrap"))
         reps = kb.at(counts.astype(float))
         assert (linear_share(reps, counts) > STUDENTIZE_LINEAR_SHARE) == (want_method == "bootstrap-t")
@@ -207,6 +212,12 @@ def test_distribution_bootstrap_is_the_stage_code_and_pairs_shared_ids():
                                      kb.standard_error(counts.astype(float), group), 0.95)
                 if want_method == "bootstrap-t" else boundary_interval(r.point, reps, counts, kb.plugin(), 0.95))
         assert (r.low, r.high) == pytest.approx(want, rel=1e-12)
+        if shift:
+            # Independent sides: each ratio is unchanged when one side's multiplicities are scaled, so the
+            # derivative's weighted mean is 0 within each side and centring per group equals centring over all.
+            one_group = studentized_interval(r.point, kb.standard_error(np.ones(n)), reps,
+                                             kb.standard_error(counts.astype(float)), 0.95)
+            assert one_group == pytest.approx((r.low, r.high), rel=1e-9)
 
 
 def test_distribution_bootstrap_refuses_bad_input_and_warns_on_one_cluster():
@@ -682,3 +693,20 @@ def test_distance_interval_is_the_boundary_interval_near_zero_and_the_bootstrap_
         want = (boundary_interval(u, reps, counts, kb.plugin(), 0.95) if method == "boundary"
                 else studentized_interval(u, se, reps, rse, 0.95))
         assert (lo, hi) == want and lo < u < hi
+
+
+def test_distance_interval_falls_back_to_the_boundary_interval_without_a_usable_standard_error():
+    """In the linear regime but with no standard error on the data (NaN or 0) or none on any replicate, the
+    bootstrap-t has no scale: the boundary interval, named so."""
+    rng = np.random.default_rng(22)
+    ref, a = _episodes(rng, rho=0.5)
+    fake, _ = _episodes(rng, rho=0.5, latent=a)
+    fake.x = fake.x + np.array([1.0, 0, 0, 0])
+    kb = KernelBlocks.of(ref, fake, 32)
+    counts = resample_counts(32, 400, rng)
+    u, reps = kb.at(np.ones(32)), kb.at(counts.astype(float))
+    assert linear_share(reps, counts) > STUDENTIZE_LINEAR_SHARE
+    rse = kb.standard_error(counts.astype(float))
+    want = (*boundary_interval(u, reps, counts, kb.plugin(), 0.95), "boundary")
+    for se, r in ((np.nan, rse), (0.0, rse), (kb.standard_error(np.ones(32)), np.zeros_like(rse))):
+        assert distance_interval(u, reps, counts, kb.plugin(), 0.95, se, r) == want

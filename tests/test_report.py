@@ -402,5 +402,9 @@ def test_the_interval_card_names_each_models_method_where_kid_switches_to_the_bo
     text = _interval(ctx)["interval"]
     assert text.startswith("bootstrap-t or boundary bootstrap (bootstrap-t: far; boundary: near, near2), B = 500")
     assert BOUNDARY_NOTE in text and STUDENTIZED_NOTE in text
+    assert text.count("ranks come from the replicates") == 1
     one = _interval(CardContext("w", {}, {"bootstrap": {"seed": 0}}, "kid", "open_loop", rows.iloc[1:]))["interval"]
     assert one.startswith("boundary bootstrap, B = 500") and STUDENTIZED_NOTE not in one
+    far = _interval(CardContext("w", {}, {"bootstrap": {"seed": 0}}, "kid", "open_loop", rows.iloc[:1]))["interval"]
+    assert far.startswith("bootstrap-t bootstrap, B = 500") and BOUNDARY_NOTE not in far
+    assert far.endswith("ranks come from the replicates themselves")

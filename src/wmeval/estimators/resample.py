@@ -614,13 +614,17 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
 #: The share of the replicates' variance in their linear part (:func:`linear_share`) above which KID's interval is
 #: the bootstrap-t (:func:`studentized_interval`) rather than the boundary interval: the linear regime, far from 0,
 #: where the estimate is skewed and heavy-tailed across data sets and the boundary interval covered 86.5-90.8% of
-#: data sets (``benchmarks/kid_interval_variants.py``).
+#: data sets with the shift along the features' highest-variance axis (``benchmarks/coverage.py``, 400 a cell;
+#: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen).
 STUDENTIZE_LINEAR_SHARE = 0.9
 
 
 def linear_share(replicates: np.ndarray, counts: np.ndarray) -> float:
-    """The share of the finite replicates' variance carried by their linear part in the multiplicities
-    (:func:`linear_part`): near 1 far from a degenerate point, near 0 at it; NaN when no linear part can be fitted."""
+    """The share of the finite replicates' variance carried by their linear part in the multiplicities, as
+    :func:`linear_part` splits them: var(L) / (var(L) + var(rest)), with ``L`` shrunk by what the fit picks up by
+    chance and the rest's spread inflated by ``sqrt((B - 1) / (B - 1 - p))`` for the ``p`` fitted directions (1.07 at
+    32 clusters and B = 500, 1.34 at 128), so that noise is never counted as linear: near 1 far from a degenerate
+    point, lower near it; NaN when no linear part can be fitted (``B <= p + 2``)."""
     reps = np.asarray(replicates, dtype=np.float64)
     ok = np.isfinite(reps)
     parts = linear_part(reps[ok], np.asarray(counts)[ok]) if ok.any() else None
@@ -657,10 +661,12 @@ def distance_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     ``"bootstrap-t"`` or ``"boundary"``.
 
     Each alone fails somewhere (``benchmarks/kid_interval_variants.py``, 1000 data sets a cell, 32 episodes,
-    d = 4): the boundary interval covers 86.5-90.8% with a shift along the features' highest-variance axis, where
+    d = 4): the boundary interval covers 89.3-90.6% with a shift along the features' highest-variance axis, where
     the estimate is skewed (0.9-1.2) and heavy-tailed; the bootstrap-t covers 83.9% at a small shift with
     independent sides, where the replicates are mostly degenerate and their standard errors noisy. The switch
-    takes each where it holds."""
+    takes each where it holds. Its cost: a few replicates with a small ``se*`` give long t tails, and the
+    bootstrap-t's lower bound can fall below 0 where the boundary interval's does not (power against a large
+    unpaired shift 97.8% instead of 100% in ``benchmarks/coverage.py``)."""
     share = linear_share(replicates, counts)
     if np.isfinite(share) and share > STUDENTIZE_LINEAR_SHARE:
         low, high = studentized_interval(center, se, replicates, replicate_se, confidence_level)

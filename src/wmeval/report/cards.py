@@ -132,7 +132,8 @@ def _interval(c: CardContext) -> dict[str, str]:
                          f"unit: {r.resampling_unit} ({clusters} clusters), paired across the world's models, "
                          f"seed {boot['seed']}"
                          + (BOUNDARY_NOTE if "boundary" in methods else "")
-                         + (STUDENTIZED_NOTE if "bootstrap-t" in methods else "")),
+                         + (STUDENTIZED_NOTE if "bootstrap-t" in methods else "")
+                         + (RANKS_NOTE if "bootstrap-t" in methods and "boundary" not in methods else "")),
             "strata in the resampling": boot.get("strata", "none")}
 
 
@@ -141,6 +142,8 @@ BOUNDARY_NOTE = ("; boundary interval: each replicate split into its linear part
                  "linear part shrunk to its size there (it vanishes at 0), so that the interval covers a true 0 at "
                  "about the nominal level (benchmarks/coverage.py); the paired differences and ranks come from the "
                  "replicates themselves")
+#: BOUNDARY_NOTE's last clause, for a card whose rows all carry the bootstrap-t.
+RANKS_NOTE = "; the paired differences and ranks come from the replicates themselves"
 STUDENTIZED_NOTE = (f"; bootstrap-t (KID far from 0, where the replicates' linear part carries over "
                     f"{STUDENTIZE_LINEAR_SHARE:.0%} of their variance): each replicate studentized by its own infinitesimal-jackknife standard error, the "
                     "interval T - t se from the quantiles of t, which corrects the estimate's skew where the boundary "
