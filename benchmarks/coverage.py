@@ -26,11 +26,11 @@ plug-in minus the episode jackknife's bias estimate); the cells are run at ``--s
 config's count), again at ``--set-more-episodes`` (64), at ``--set-mid-dim`` (d = 16) and at ``--set-wide-dim``
 (64, the pixel encoder's d, where 32 episodes of 10 rows are too few for the FD's bias correction with independent
 sides: its two-scale check withholds those intervals, counted as ``withheld``; coverage, power and width are over the
-intervals given). Data sets are spread over ``--jobs`` processes (about 63 minutes on 2 cores shared with other
-work, 20 of them the high-axis parts).
-The shift lies along the features' lowest-variance axis (variance 0.5); the parts ``sets_high_axis`` and
-``sets_more_episodes_high_axis`` run the 32- and 64-episode cells again with it along the highest (variance 2.0):
-coverage depends on how the difference lies against the noise.
+intervals given). Data sets are spread over ``--jobs`` processes (about 75 minutes on 2 cores shared with other
+work, 32 of them the high-axis parts).
+The shift lies along the features' lowest-variance axis (variance 0.5); the parts ``sets_high_axis``,
+``sets_more_episodes_high_axis`` and ``sets_mid_high_axis`` run the 32- and 64-episode cells and the d = 16 ones
+again with it along the highest (variance 2.0): coverage depends on how the difference lies against the noise.
 
     python benchmarks/coverage.py [--datasets 500] [--rho 0.8] [--frames 16] [--episodes 64]
     python benchmarks/coverage.py --only sets [--set-datasets 400] [--parts sets_wide ...]
@@ -226,13 +226,15 @@ def fd_bias(args: argparse.Namespace) -> dict:
 
 
 SET_METRICS = ("kid", "fd_bias_corrected")
-SET_PARTS = ("sets", "sets_more_episodes", "sets_mid", "sets_wide", "sets_high_axis", "sets_more_episodes_high_axis")
+SET_PARTS = ("sets", "sets_more_episodes", "sets_mid", "sets_wide", "sets_high_axis", "sets_more_episodes_high_axis",
+             "sets_mid_high_axis")
 
 
 def set_cells(args: argparse.Namespace) -> dict:
     """The set-level parts: ``sets`` at ``--set-episodes``, ``sets_more_episodes`` at ``--set-more-episodes``,
     ``sets_mid`` at ``--set-mid-dim`` and ``sets_wide`` at ``--set-wide-dim``; ``sets_high_axis`` and
-    ``sets_more_episodes_high_axis``, the first two with the shift along the highest-variance axis. A part whose
+    ``sets_more_episodes_high_axis``, the first two with the shift along the highest-variance axis, and
+    ``sets_mid_high_axis``, ``sets_mid`` with it there. A part whose
     option is 0 is left out."""
     parts = set(args.parts or SET_PARTS)
     out = {"sets": set_coverage(args)} if "sets" in parts else {}
@@ -249,6 +251,9 @@ def set_cells(args: argparse.Namespace) -> dict:
     if args.set_more_episodes and "sets_more_episodes_high_axis" in parts:
         out["sets_more_episodes_high_axis"] = set_coverage(argparse.Namespace(
             **{**vars(args), "set_episodes": args.set_more_episodes, "set_shift_axis": -1}))
+    if args.set_mid_dim and "sets_mid_high_axis" in parts:
+        out["sets_mid_high_axis"] = set_coverage(argparse.Namespace(
+            **{**vars(args), "set_dim": args.set_mid_dim, "set_shift_axis": -1}))
     return out
 
 

@@ -198,6 +198,11 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     text = coverage_note({**plain, "sets_high_axis": high})
     assert "highest-variance axis instead" in text and "at 32 episodes, KID 88.0%-96.8%, bias-corrected FD 95.0%" in text
     assert "Below 93%, too narrow: KID paired shift 88.0% (32 episodes)." in text and text.count("too narrow") == 1
+    # The d = 16 part is named by its dimension.
+    mid = {**high, "dim": 16, "cells": high["cells"][:1]}
+    text = coverage_note({**plain, "sets_high_axis": high, "sets_mid_high_axis": mid})
+    assert "; at 32 episodes, d = 16, KID 88.0%" in text
+    assert "KID paired shift 88.0% (32 episodes); KID paired shift 88.0% (32 episodes, d = 16)." in text
 
 
 def test_a_point_outside_its_interval_is_flagged():

@@ -491,18 +491,23 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += " Elsewhere (`benchmarks/results/coverage.json`, README): " + ". ".join(
                 f"At {name}, KID {spans('kid', p)}, bias-corrected FD {spans('fd_bias_corrected', p)}"
                 for name, p in parts) + "."
-        high = [p for key in ("sets_high_axis", "sets_more_episodes_high_axis") if (p := cov.get(key))]
+        high = [p for key in ("sets_high_axis", "sets_more_episodes_high_axis", "sets_mid_high_axis")
+                if (p := cov.get(key))]
         if high:
             # The shift along the features' highest-variance axis: every cell below 93% is named.
+            def where(p: dict) -> str:
+                dim = p.get("dim", sets.get("dim"))
+                return f"{p['episodes']} episodes" + (f", d = {dim}" if dim != sets.get("dim") else "")
+
             def narrow(p: dict) -> str:
                 cs = [f"{'KID' if c['metric'] == 'kid' else 'bias-corrected FD'} {c['design']} {c['truth']} "
                       f"{c['coverage']:.1%}" for c in p["cells"] if c["coverage"] is not None and c["coverage"] < 0.93]
-                return f"{', '.join(cs)} ({p['episodes']} episodes)" if cs else ""
+                return f"{', '.join(cs)} ({where(p)})" if cs else ""
 
             below = [t for p in high if (t := narrow(p))]
             text += (" With the shift along the features' highest-variance axis instead (the cells above put it "
                      "along the lowest): " + "; ".join(
-                         f"at {p['episodes']} episodes, KID {spans('kid', p)}, bias-corrected FD "
+                         f"at {where(p)}, KID {spans('kid', p)}, bias-corrected FD "
                          f"{spans('fd_bias_corrected', p)}" for p in high) + "."
                      + (" Below 93%, too narrow: " + "; ".join(below) + "." if below else ""))
         if cov.get("sets_wide"):
