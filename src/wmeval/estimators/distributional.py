@@ -695,6 +695,12 @@ class KernelBlocks:
         pairs = (c @ na) * (c @ nb) - c2 @ (na * nb)
         return total, pairs
 
+    def _linked_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The y clusters ``e`` with a link to another x cluster, and those x clusters ``f = link[e]``: the
+        cross-term pairs left out besides each cluster with itself."""
+        e = np.flatnonzero((self.link >= 0) & (self.link != np.arange(len(self.link))))
+        return e, self.link[e]
+
     def at(self, c: np.ndarray) -> np.ndarray | float:
         """The MMD^2 of the sets with cluster multiplicities ``c`` (``(n,)`` or ``(B, n)``); NaN when a set
         has rows in fewer than 2 distinct clusters (no pair to average)."""
@@ -703,8 +709,7 @@ class KernelBlocks:
         syy, pyy = self._distinct(cc, self.yy, self.ny, self.ny)
         sxy, pxy = self._distinct(cc, self.xy, self.nx, self.ny)
         if self.link is not None:
-            e = np.flatnonzero((self.link >= 0) & (self.link != np.arange(len(self.link))))
-            f = self.link[e]                                   # x cluster f = link[e] with y cluster e
+            e, f = self._linked_pairs()
             both = cc[:, f] * cc[:, e]
             sxy = sxy - both @ self.xy[f, e]
             pxy = pxy - both @ (self.nx[f] * self.ny[e])
@@ -725,19 +730,20 @@ class KernelBlocks:
         NaN where :meth:`at` is."""
         cc = np.atleast_2d(np.asarray(c, dtype=np.float64))
         grad = np.zeros_like(cc)
+        defined = np.ones(len(cc), dtype=bool)         # every ratio has a pair to average (where at() is finite)
         for block, na, nb, sign in ((self.xx, self.nx, self.nx, 1.0), (self.yy, self.ny, self.ny, 1.0),
                                     (self.xy, self.nx, self.ny, -2.0)):
             s, p = self._distinct(cc, block, na, nb)
             ds = cc @ block.T + cc @ block - 2.0 * cc * np.diag(block)
             dp = na[None] * (cc @ nb)[:, None] + nb[None] * (cc @ na)[:, None] - 2.0 * cc * (na * nb)[None]
             if sign < 0 and self.link is not None:
-                e = np.flatnonzero((self.link >= 0) & (self.link != np.arange(len(self.link))))
-                f = self.link[e]                       # x cluster f with y cluster e: out of the cross term
+                e, f = self._linked_pairs()            # x cluster f with y cluster e: out of the cross term
                 both = cc[:, f] * cc[:, e]
                 s, p = s - both @ self.xy[f, e], p - both @ (self.nx[f] * self.ny[e])
                 for d_, w in ((ds, self.xy[f, e]), (dp, self.nx[f] * self.ny[e])):
                     np.subtract.at(d_.T, f, (cc[:, e] * w).T)        # d(c_f c_e w) / dc_f = c_e w
                     np.subtract.at(d_.T, e, (cc[:, f] * w).T)
+            defined &= p > 0
             with np.errstate(invalid="ignore", divide="ignore"):
                 r = s / p
                 grad += sign * (ds - r[:, None] * dp) / p[:, None]
@@ -748,7 +754,7 @@ class KernelBlocks:
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean = (cg * dg).sum(axis=1) / cg.sum(axis=1)
             var += (cg * (dg - mean[:, None]) ** 2).sum(axis=1)
-        se = np.where(np.isfinite(self.at(cc)), np.sqrt(var), np.nan)
+        se = np.where(defined, np.sqrt(var), np.nan)
         return float(se[0]) if np.ndim(c) == 1 else se
 
 
