@@ -12,6 +12,7 @@ from wmeval.core.rng import make_rng
 from wmeval.estimators.distributional import KernelBlocks, Side, _cluster_index
 from wmeval.estimators.resample import (
     STUDENTIZE_LINEAR_SHARE,
+    _inverted_test,
     boundary_interval,
     cluster_bootstrap,
     cluster_counts,
@@ -290,15 +291,39 @@ def test_linear_part_recovers_the_linear_term_and_keeps_the_rest_spread():
 
 
 def test_boundary_interval_without_a_linear_term_is_the_basic_interval_of_the_rest():
-    """Replicates with nothing linear in the counts: at any scale, the basic interval of the (rescaled) rest."""
+    """Replicates with nothing linear in the counts: at any scale, the test's interval is the basic interval of the
+    (rescaled) rest; its upper end is then raised to the percentile interval's (recentred on 2 center - mean), which
+    is longer here, where the rest is skewed to the right."""
     rng = np.random.default_rng(8)
     counts, _, quad = _linear_and_degenerate(rng)
     reps = 0.3 + quad
     lin, rest = linear_part(reps, counts)
     assert not np.any(lin)
     q_lo, q_hi = np.quantile(rest, [0.025, 0.975])
+    pct_hi = np.quantile(reps, 0.975) + 2 * (0.3 - reps.mean())
+    assert pct_hi > 0.6 - q_lo + 0.02
     for scale in (0.0, -1e-18, 1e-300, 0.3):
-        assert boundary_interval(0.3, reps, counts, scale, 0.95) == pytest.approx((0.6 - q_hi, 0.6 - q_lo), rel=1e-12)
+        assert _inverted_test(0.3, reps, counts, scale, 0.95, 512) == pytest.approx((0.6 - q_hi, 0.6 - q_lo),
+                                                                                   rel=1e-12)
+        assert boundary_interval(0.3, reps, counts, scale, 0.95) == pytest.approx((0.6 - q_hi, pct_hi), rel=1e-12)
+
+
+def test_boundary_interval_takes_the_percentile_upper_end_where_the_test_admits_a_positive_distance():
+    """The upper end is the larger of the inverted test's and the percentile interval's (the replicates recentred on
+    2 center - mean); the lower end is the test's alone. An interval at or below 0 (the estimate under what the
+    degenerate part gives at a true 0) keeps the test's ends."""
+    counts, lin, quad = _linear_and_degenerate(np.random.default_rng(9))
+    reps = 0.02 + 0.2 * lin + quad
+    for center in (0.02, 0.05, -0.2):
+        t_lo, t_hi = _inverted_test(center, reps, counts, 0.05, 0.95, 512)
+        lo, hi = boundary_interval(center, reps, counts, 0.05, 0.95)
+        pct_hi = np.quantile(reps, 0.975) + 2 * (center - reps.mean())
+        assert lo == t_lo
+        assert hi == (max(t_hi, pct_hi) if t_hi > 0 else t_hi)
+    # the case the rule is for: a positive upper end below the percentile's
+    assert 0 < _inverted_test(0.02, reps, counts, 0.05, 0.95, 512)[1] < boundary_interval(0.02, reps, counts, 0.05,
+                                                                                           0.95)[1]
+    assert boundary_interval(-0.2, reps, counts, 0.05, 0.95)[1] <= 0
 
 
 def test_boundary_interval_takes_no_jump_at_a_zero_scale():
@@ -318,7 +343,10 @@ def test_boundary_interval_warns_when_too_few_replicates_fit_the_linear_part():
     reps = rng.normal(size=30)
     with pytest.warns(RuntimeWarning, match="30 replicates cannot fit a linear part on 40 clusters"):
         lo, hi = boundary_interval(0.1, reps, counts, 0.5, 0.95)
-    assert (lo, hi) == pytest.approx((0.2 - np.quantile(reps, 0.975), 0.2 - np.quantile(reps, 0.025)))
+    # the basic interval of the replicates, its upper end raised to the percentile interval's (recentred)
+    pct_hi = np.quantile(reps, 0.975) + 2 * (0.1 - reps.mean())
+    assert (lo, hi) == pytest.approx((0.2 - np.quantile(reps, 0.975), max(0.2 - np.quantile(reps, 0.025), pct_hi)))
+    assert hi > 0.2 - np.quantile(reps, 0.025)
 
 
 def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_statistic():
@@ -439,8 +467,9 @@ def test_boundary_interval_bounds_solve_the_inverted_test():
     counts, lin, quad = _linear_and_degenerate(np.random.default_rng(9))
     center, scale = 0.3, 0.4
     reps = center + lin + quad
-    lo, hi = boundary_interval(center, reps, counts, scale, 0.95)
+    lo, hi = _inverted_test(center, reps, counts, scale, 0.95, 512)
     assert 0 < lo < center < hi
+    assert boundary_interval(center, reps, counts, scale, 0.95)[0] == lo
     lin_fit, rest = linear_part(reps, counts)
     for theta, q in ((lo, 0.975), (hi, 0.025)):
         u = np.sqrt(theta / scale)

@@ -525,6 +525,18 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     the basic interval of ``D*`` (KID: 93-97% coverage in ``benchmarks/coverage.py``); far from 0, the
     percentile interval of the replicates.
 
+    Where the test accepts a positive distance, the upper end is then raised to the percentile interval's where
+    that is longer: the ``1 - alpha/2`` quantile of the replicates recentred on the estimate they imply
+    (``2 center - mean``: KID's U-statistic, the FD's jackknife-corrected value). The test builds the linear term
+    at ``theta`` from the replicates', which lies along the *estimated* difference; when the estimate is low that
+    is mostly noise, spread over all the features' directions, and for a true difference along a high-variance
+    direction the linear term at ``theta`` is understated, so the upper end falls short (KID, a small shift
+    between independent sides along the highest-variance axis, 32 episodes: below the truth in 4.7-6.8% of data
+    sets, nominal 2.5%). The percentile's upper end, built on the plug-in's own linear term, reaches further. The
+    lower end, which decides whether a distance is told from 0, is the test's alone, so power and the
+    false-positive rate at a true 0 do not change; nor does an interval at or below 0 (an estimate under what the
+    degenerate part gives at a true 0), which keeps a true 0's coverage at the test's.
+
     It needs an estimator (nearly) unbiased at 0, as KID's U-statistic is. For the FD, ``center`` is the plug-in
     and the replicates are recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
     the bootstrap's own bias estimate (``2 FD - mean FD*``) a positive bias is left at moderate dimension, and
@@ -542,8 +554,23 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
         grid: points of the first scan over ``u`` before each bound is refined by bisection.
 
     Returns:
-        ``(low, high)``; NaN without a finite replicate.
+        ``(low, high)``; NaN without a finite replicate. With too few replicates to fit the linear part, the basic
+        interval's upper end is raised in the same way.
     """
+    reps = np.asarray(replicates, dtype=np.float64)
+    low, high = _inverted_test(center, reps, counts, scale, confidence_level, grid)
+    ok = np.isfinite(reps)
+    if np.isfinite(high) and high > 0 and ok.sum() > 1:
+        # Where the test accepts a positive distance, the upper end is at least the percentile interval's,
+        # recentred on the estimate the replicates imply (2 center - their mean): see the docstring.
+        q_hi = float(np.quantile(reps[ok], 1.0 - (1.0 - confidence_level) / 2.0))
+        high = max(high, q_hi + 2.0 * (float(center) - float(np.mean(reps[ok]))))
+    return float(low), float(high)
+
+
+def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, scale: float,
+                   confidence_level: float, grid: int) -> tuple[float, float]:
+    """:func:`boundary_interval`'s test inversion alone (its upper end before the percentile's is taken)."""
     reps = np.asarray(replicates, dtype=np.float64)
     ok = np.isfinite(reps)
     if not ok.any() or not np.isfinite(center):
@@ -553,7 +580,7 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     if parts is None:
         warnings.warn(f"boundary_interval: {int(ok.sum())} replicates cannot fit a linear part on "
                       f"{np.shape(counts)[1]} clusters (more than clusters + 2 are needed); the basic interval of the "
-                      "replicates instead, which is conservative at a true 0", RuntimeWarning, stacklevel=2)
+                      "replicates instead, which is conservative at a true 0", RuntimeWarning, stacklevel=3)
         q_lo, q_hi = np.quantile(reps[ok], [a_lo, a_hi])
         return float(2.0 * center - q_hi), float(2.0 * center - q_lo)
     lin, rest = parts

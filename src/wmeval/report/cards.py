@@ -140,8 +140,10 @@ def _interval(c: CardContext) -> dict[str, str]:
 BOUNDARY_NOTE = ("; boundary interval: each replicate split into its linear part in the episode multiplicities and "
                  "the degenerate rest, and each candidate value accepted when the estimate is plausible with the "
                  "linear part shrunk to its size there (it vanishes at 0), so that the interval covers a true 0 at "
-                 "about the nominal level (benchmarks/coverage.py); the paired differences and ranks come from the "
-                 "replicates themselves")
+                 "about the nominal level (benchmarks/coverage.py); where it admits a positive distance, its upper "
+                 "end is at least the percentile interval's (recentred on the estimate), which reaches a real "
+                 "difference the estimate understates; the paired differences and ranks come from the replicates "
+                 "themselves")
 #: BOUNDARY_NOTE's last clause, for a card whose rows all carry the bootstrap-t.
 RANKS_NOTE = "; the paired differences and ranks come from the replicates themselves"
 STUDENTIZED_NOTE = (f"; bootstrap-t (KID far from 0, where the replicates' linear part carries over "
