@@ -26,7 +26,7 @@ plug-in minus the episode jackknife's bias estimate); the cells are run at ``--s
 config's count), again at ``--set-more-episodes`` (64), at ``--set-mid-dim`` (d = 16) and at ``--set-wide-dim``
 (64, the pixel encoder's d, where 32 episodes of 10 rows are too few for the FD's bias correction with independent
 sides: its two-scale check withholds those intervals, counted as ``withheld``; coverage, power and width are over the
-intervals given). Data sets are spread over ``--jobs`` processes (about 75 minutes on 2 cores shared with other
+intervals given). Data sets are spread over ``--jobs`` processes (75-87 minutes on 2 cores shared with other
 work, 32 of them the high-axis parts).
 The shift lies along the features' lowest-variance axis (variance 0.5); the parts ``sets_high_axis``,
 ``sets_more_episodes_high_axis`` and ``sets_mid_high_axis`` run the 32- and 64-episode cells and the d = 16 ones

@@ -521,9 +521,9 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     quantiles of ``D* - u L* - center`` with ``u = sqrt(theta / scale)`` (0 for ``theta <= 0``): the
     linear term shrunk to the size it has at ``theta`` (``scale``, the plug-in squared distance the
     replicates' linear term is built on, stands for ``u = 1``), in the percentile orientation, and
-    the degenerate term in the basic one. The interval spans the accepted values. At a true 0 it is
+    the degenerate term in the basic one. The test's interval spans the accepted values. At a true 0 it is
     the basic interval of ``D*`` (KID: 93-97% coverage in ``benchmarks/coverage.py``); far from 0, the
-    percentile interval of the replicates.
+    percentile interval of the replicates. Its upper end is then raised (next paragraph).
 
     Where the test accepts a positive distance, the upper end is then raised to the percentile interval's where
     that is longer: the ``1 - alpha/2`` quantile of the replicates recentred on the estimate they imply
@@ -533,10 +533,13 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     direction the linear term at ``theta`` is understated, so the upper end falls short. The percentile's upper
     end, built on the plug-in's own linear term, reaches further: in ``benchmarks/coverage.py``, 9 of the 16 cells
     below 93% (KID and the bias-corrected FD, mostly shifts along the highest-variance axis) rose into 93-97%, and
-    none fell; the cells left below are in the linear regime far from 0, where the test's upper end is the longer. The
-    lower end, which decides whether a distance is told from 0, is the test's alone, so power and the
-    false-positive rate at a true 0 do not change; nor does an interval at or below 0 (an estimate under what the
-    degenerate part gives at a true 0), which keeps a true 0's coverage at the test's.
+    none fell; the cells left below are in the linear regime far from 0 (KID's carry the bootstrap-t, which this
+    does not touch; the FD's rose less, 90.5 to 91.2% and 90.2 to 92.5%). The lower end, which decides whether a
+    distance is told from 0, is the test's alone, so power and the false-positive rate at a true 0 do not change;
+    nor does an interval at or below 0 (an estimate under what the degenerate part gives at a true 0), which keeps a
+    true 0's coverage at the test's. The price of that exception: as the estimate rises through the point where the
+    test's upper end crosses 0, the upper end jumps from about 0 to the percentile's (taking the union there too
+    would raise a true 0's coverage to 1 minus the false-positive rate, up to 98%).
 
     It needs an estimator (nearly) unbiased at 0, as KID's U-statistic is. For the FD, ``center`` is the plug-in
     and the replicates are recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
@@ -643,7 +646,8 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
 #: the bootstrap-t (:func:`studentized_interval`) rather than the boundary interval: the linear regime, far from 0,
 #: where the estimate is skewed and heavy-tailed across data sets and the boundary interval covered 86.5-90.8% of
 #: data sets with the shift along the features' highest-variance axis (``benchmarks/coverage.py``, 400 a cell;
-#: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen).
+#: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen; both before the
+#: boundary interval's upper-end rule).
 STUDENTIZE_LINEAR_SHARE = 0.9
 
 
@@ -689,7 +693,8 @@ def distance_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     ``"bootstrap-t"`` or ``"boundary"``.
 
     Each alone fails somewhere (``benchmarks/kid_interval_variants.py``, 1000 data sets a cell, 32 episodes,
-    d = 4): the boundary interval covers 89.3-90.6% with a shift along the features' highest-variance axis, where
+    d = 4; before :func:`boundary_interval`'s upper-end rule): the boundary interval covered 89.3-90.6% with a shift
+    along the features' highest-variance axis, where
     the estimate is skewed (0.9-1.2) and heavy-tailed; the bootstrap-t covers 83.9% at a small shift with
     independent sides, where the replicates are mostly degenerate and their standard errors noisy. The switch
     takes each where it holds. Its cost: a few replicates with a small ``se*`` give long t tails, and the
