@@ -16,6 +16,7 @@ from wmeval.estimators.resample import (
     boundary_interval,
     cluster_bootstrap,
     cluster_counts,
+    corrected_scale,
     distance_interval,
     jackknife_bias,
     jackknife_centred,
@@ -326,6 +327,48 @@ def test_boundary_interval_takes_the_percentile_upper_end_where_the_test_admits_
     assert boundary_interval(-0.2, reps, counts, 0.05, 0.95)[1] <= 0
 
 
+def test_the_bias_corrected_fd_is_scaled_by_its_corrected_estimate_only_in_the_linear_regime():
+    """corrected_scale: the corrected estimate where the replicates' linear part carries over
+    STUDENTIZE_LINEAR_SHARE of their variance (the test's linear term at the estimate is then the replicates' own;
+    with a positive bias the interval is wider than with the plug-in), the plug-in near 0 and wherever the corrected
+    estimate is not a positive number. Before it, the plug-in everywhere."""
+    counts, lin, quad = _linear_and_degenerate(np.random.default_rng(21))
+    far, near = 0.5 + 3.0 * lin + quad, 0.2 + 0.3 * lin + quad
+    assert linear_share(near, counts) < STUDENTIZE_LINEAR_SHARE < linear_share(far, counts)
+    assert corrected_scale(0.5, 0.4, far, counts) == 0.4
+    assert corrected_scale(0.2, 0.1, near, counts) == 0.2
+    for bad in (np.nan, 0.0, -0.1):
+        assert corrected_scale(0.5, bad, far, counts) == 0.5
+    # the smaller scale makes the linear term at a candidate distance larger: the interval widens on both sides
+    lo_c, hi_c = boundary_interval(0.5, far + 0.1, counts, 0.4, 0.95)
+    lo_p, hi_p = boundary_interval(0.5, far + 0.1, counts, 0.5, 0.95)
+    assert lo_c < lo_p and hi_c > hi_p
+
+
+def test_distribution_bootstrap_scales_the_bias_corrected_fd_by_its_corrected_estimate_far_from_0(monkeypatch):
+    """distribution_bootstrap(metric="fd_bias_corrected") passes boundary_interval the plug-in as its center and,
+    as its scale, the corrected estimate (the result's point) in the replicates' linear regime and the plug-in near
+    0. Before: the plug-in as both."""
+    import wmeval.estimators.distributional as dist
+
+    seen, real = [], dist.boundary_interval
+    monkeypatch.setattr(dist, "boundary_interval",
+                        lambda center, reps, counts, scale, level: seen.append((center, scale))
+                        or real(center, reps, counts, scale, level))
+    rng = np.random.default_rng(5)
+    ref, a = _episodes(rng)
+    fake, _ = _episodes(rng, latent=a)
+    for shift, linear in ((0.0, False), (1.5, True)):
+        y = fake.x + np.array([0.0, 0.0, 0.0, shift])
+        kw = dict(real_clusters=ref.episode, fake_clusters=fake.episode, n_resamples=300)
+        r = distribution_bootstrap(ref.x, y, metric="fd_bias_corrected", **kw)
+        plug = distribution_bootstrap(ref.x, y, metric="fd", **kw).point
+        center, scale = seen[-1]
+        assert center == pytest.approx(plug, rel=1e-12)
+        assert scale == pytest.approx(r.point if linear else plug, rel=1e-12)
+        assert r.point != pytest.approx(plug, rel=1e-3)          # the two scales differ
+
+
 def test_boundary_interval_takes_no_jump_at_a_zero_scale():
     """A plug-in of 0, or a rounding error below it, gives the interval of a tiny positive one (the review's
     clone of relabelled episodes: V = +8.9e-16 and V = 0 gave different intervals, one excluding 0)."""
@@ -353,7 +396,8 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
     """replicate_rows: KID's interval is boundary_interval(U, replicates, counts, V) near 0 and the bootstrap-t
     (studentized_interval by KernelBlocks.standard_error) far from it, which one named in ``method``; the
     bias-corrected FD is FD - its jackknife bias, with the boundary interval of the plug-in replicates recentred
-    on FD + that bias."""
+    on FD + that bias, scaled by the corrected estimate where the replicates are in their linear regime and by the
+    plug-in below it (corrected_scale), per source."""
     from wmeval.bootstrap.intervals import replicate_rows
     from wmeval.estimators.distributional import Replicates
 
@@ -368,14 +412,19 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
     u, reps, v = (np.array([kb.at(np.ones(32)) for kb in kbs]), np.stack([kb.at(c) for kb in kbs], axis=1),
                   np.array([kb.plugin() for kb in kbs]))
     se, rse = np.array([kb.standard_error(np.ones(32)) for kb in kbs]), np.stack([kb.standard_error(c) for kb in kbs], 1)
-    fd_reps = rng.gamma(2.0, 0.05, size=(400, 1)) + 0.2
+    # FD replicates with a linear part in the multiplicities (its size at a candidate distance depends on the scale):
+    # "near" below the linear regime, "far" in it
+    fd_lin = (c - 1.0) @ rng.normal(0.0, 0.01, 32)
+    fd_reps = np.stack([0.3 + 0.3 * fd_lin + rng.gamma(2.0, 0.01, 400), 0.3 + 1.5 * fd_lin + rng.gamma(2.0, 0.01, 400)],
+                       axis=1)
+    assert linear_share(fd_reps[:, 0], counts) < STUDENTIZE_LINEAR_SHARE < linear_share(fd_reps[:, 1], counts)
     bias = 0.06
-    wpts = pd.DataFrame({"metric": ["kid", "kid", "fd"], "condition": ["frame:pooled"] * 3,
-                         "source": ["near", "far", "near"], "value": [*u, 0.25]})
+    wpts = pd.DataFrame({"metric": ["kid", "kid", "fd", "fd"], "condition": ["frame:pooled"] * 4,
+                         "source": ["near", "far", "near", "far"], "value": [*u, 0.25, 0.25]})
     rows = replicate_rows("w", [Replicates("kid", "frame:pooled", ["near", "far"], reps, np.array([32, 32]),
                                            {"scale": v, "se": se, "replicate_se": rse}),
-                                Replicates("fd", "frame:pooled", ["near"], fd_reps, np.array([32]),
-                                           {"jackknife_bias": np.array([bias])})],
+                                Replicates("fd", "frame:pooled", ["near", "far"], fd_reps, np.array([32, 32]),
+                                           {"jackknife_bias": np.array([bias, bias])})],
                           wpts, BOOT, None, counts)
     kid = {r["source"]: r for r in rows if r["metric"] == "kid"}
     assert linear_share(reps[:, 0], counts) < STUDENTIZE_LINEAR_SHARE < linear_share(reps[:, 1], counts)
@@ -383,12 +432,16 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
     assert kid["near"]["method"] == "boundary" and kid["near"]["point"] == u[0]
     assert (kid["far"]["low"], kid["far"]["high"]) == studentized_interval(u[1], se[1], reps[:, 1], rse[:, 1], 0.95)
     assert kid["far"]["method"] == "bootstrap-t"
-    by = {r["metric"]: r for r in rows}
-    bc = by["fd_bias_corrected"]
-    assert bc["point"] == pytest.approx(0.25 - bias)
-    centred = fd_reps[:, 0] - fd_reps[:, 0].mean() + 0.25 + bias
-    assert bc["method"] == "boundary"
-    assert (bc["low"], bc["high"]) == pytest.approx(boundary_interval(0.25, centred, counts, 0.25, 0.95))
+    bc = {r["source"]: r for r in rows if r["metric"] == "fd_bias_corrected"}
+    for j, src in enumerate(("near", "far")):
+        assert bc[src]["point"] == pytest.approx(0.25 - bias) and bc[src]["method"] == "boundary"
+        centred = fd_reps[:, j] - fd_reps[:, j].mean() + 0.25 + bias
+        # the scale: the corrected estimate in the linear regime (the linear term at it is the replicates' own),
+        # the plug-in below it; each differs from what the other scale gives
+        scale, other = (0.25 - bias, 0.25) if src == "far" else (0.25, 0.25 - bias)
+        want = boundary_interval(0.25, centred, counts, scale, 0.95)
+        assert (bc[src]["low"], bc[src]["high"]) == pytest.approx(want)
+        assert want != pytest.approx(boundary_interval(0.25, centred, counts, other, 0.95))
 
 
 # The bias-corrected FD: the bootstrap's own bias correction (2 FD - mean FD*) left a positive bias at moderate d,

@@ -40,6 +40,7 @@ from wmeval.estimators.resample import (
     JackknifePlan,
     bias_check_failed,
     boundary_interval,
+    corrected_scale,
     distance_interval,
     jackknife_centred,
     leftover_bias,
@@ -289,7 +290,8 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
             # (the bootstrap's own estimate, mean(FD*) - FD, leaves a positive bias at moderate d: at d = 16
             # with independent sides, 0.48 of a plug-in bias of 2.23; the jackknife's leaves 0.15). Its
             # interval is the boundary interval of the plug-in replicates recentred on FD + bias (it covers a
-            # true 0); its paired differences and ranks use the basic reflection of the replicates around the
+            # true 0), scaled by the corrected estimate in the replicates' linear regime (corrected_scale); its
+            # paired differences and ranks use the basic reflection of the replicates around the
             # corrected point (summarize(interval="basic") of replicates whose mean is that point).
             bias = r.extra["jackknife_bias"]
             corrected = point - bias
@@ -307,7 +309,9 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
                                  n[keep], boot, base, interval="basic", n_resamples=B)
                 by_source = {row["source"]: row for row in kept}
                 group = [by_source.get(row["source"], row) for row in group]
-            _boundary(group, point, jackknife_centred(r.values, point, bias), counts, point, n,
+            scale = np.array([corrected_scale(point[j], corrected[j], r.values[:, j], counts)
+                              for j in range(len(r.sources))])
+            _boundary(group, point, jackknife_centred(r.values, point, bias), counts, scale, n,
                       boot.confidence_level)
             _bias_check(group, leftovers, failed)
             rows += group
@@ -460,7 +464,9 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                                                "(the least-squares fit on the episode multiplicities, shrunk to "
                                                "its size at the candidate, percentile orientation) and the "
                                                "degenerate rest (basic orientation; the FD's replicates "
-                                               "recentred on FD + the jackknife's bias), so that it covers a true "
+                                               "recentred on FD + the jackknife's bias, their linear part at full "
+                                               "size at the plug-in near 0 and at the corrected estimate in their "
+                                               "linear regime), so that it covers a true "
                                                "0 (paired differences and ranks: KID's replicates themselves, the "
                                                "bias-corrected FDs' reflected around the corrected point); "
                                                "the bias-corrected FDs' correction is checked on halves of the "

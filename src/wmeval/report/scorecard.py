@@ -468,7 +468,8 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                  f"the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
                  f"{cells('kid', sets)}. The bias-corrected FD carries the boundary interval: a test inverted "
                  "for each candidate value, whose linear term shrinks to 0 at a true 0 (where it admits a positive "
-                 "distance, its upper end at least the percentile interval's); KID carries it near 0, and "
+                 "distance, its upper end at least the percentile interval's; where its replicates are in their linear "
+                 "regime, the linear term at the estimate at their full size); KID carries it near 0, and "
                  "far from 0 (where its replicates' linear part carries over "
                  f"{STUDENTIZE_LINEAR_SHARE:.0%} of their variance) the bootstrap-t, each replicate studentized "
                  "by its own standard error.")
