@@ -679,8 +679,9 @@ def corrected_scale(plugin: float, corrected: float, replicates: np.ndarray, cou
 
     With the plug-in as scale the test shrinks the linear term at the estimate by ``sqrt(corrected / plug-in)``: the
     plug-in's bias counted as noise in the estimated difference, which holds where the features vary alike in every
-    direction. Far from 0 the difference's direction is well estimated and that shrinkage understates the linear
-    term of a difference along a high-variance direction: the interval covered 91.2-92.5% with the shift along the
+    direction. Far from 0 the estimated difference lies close to the true one, so the replicates' linear term has
+    about the size the true difference's has at the estimate, and that shrinkage understates it, most for a
+    difference along a high-variance direction: the interval covered 91.2-92.5% with the shift along the
     highest-variance axis (``benchmarks/coverage.py``; 92.5-94.8% with this scale, no cell lower, no power lost).
     Near 0 the plug-in stays: there the replicates' linear term
     is mostly the noise of the estimated difference, and scaling it by a corrected estimate near 0 would stretch it
