@@ -16,7 +16,6 @@ from wmeval.estimators.resample import (
     boundary_interval,
     cluster_bootstrap,
     cluster_counts,
-    corrected_scale,
     distance_interval,
     jackknife_bias,
     jackknife_centred,
@@ -328,17 +327,21 @@ def test_boundary_interval_takes_the_percentile_upper_end_where_the_test_admits_
 
 
 def test_the_bias_corrected_fd_is_scaled_by_its_corrected_estimate_only_in_the_linear_regime():
-    """corrected_scale: the corrected estimate where the replicates' linear part carries over
-    STUDENTIZE_LINEAR_SHARE of their variance (the test's linear term at the estimate is then the replicates' own;
-    with a positive bias the interval is wider than with the plug-in), the plug-in near 0 and wherever the corrected
-    estimate is not a positive number. Before it, the plug-in everywhere."""
+    """boundary_interval(corrected=...): the corrected estimate replaces the scale where the replicates' linear part
+    carries over STUDENTIZE_LINEAR_SHARE of their variance (the test's linear term at the estimate is then the
+    replicates' own; with a positive bias the interval is wider than with the plug-in), not near 0 and not where the
+    corrected estimate is not a positive number. Before it, the plug-in everywhere."""
     counts, lin, quad = _linear_and_degenerate(np.random.default_rng(21))
     far, near = 0.5 + 3.0 * lin + quad, 0.2 + 0.3 * lin + quad
     assert linear_share(near, counts) < STUDENTIZE_LINEAR_SHARE < linear_share(far, counts)
-    assert corrected_scale(0.5, 0.4, far, counts) == 0.4
-    assert corrected_scale(0.2, 0.1, near, counts) == 0.2
+    assert boundary_interval(0.5, far, counts, 0.5, 0.95, corrected=0.4) == boundary_interval(0.5, far, counts, 0.4,
+                                                                                               0.95)
+    assert boundary_interval(0.2, near, counts, 0.2, 0.95, corrected=0.1) == boundary_interval(0.2, near, counts, 0.2,
+                                                                                               0.95)
+    assert boundary_interval(0.2, near, counts, 0.1, 0.95) != boundary_interval(0.2, near, counts, 0.2, 0.95)
     for bad in (np.nan, 0.0, -0.1):
-        assert corrected_scale(0.5, bad, far, counts) == 0.5
+        assert boundary_interval(0.5, far, counts, 0.5, 0.95, corrected=bad) == boundary_interval(0.5, far, counts,
+                                                                                                  0.5, 0.95)
     # the smaller scale makes the linear term at a candidate distance larger: the interval widens on both sides
     lo_c, hi_c = boundary_interval(0.5, far + 0.1, counts, 0.4, 0.95)
     lo_p, hi_p = boundary_interval(0.5, far + 0.1, counts, 0.5, 0.95)
@@ -346,15 +349,21 @@ def test_the_bias_corrected_fd_is_scaled_by_its_corrected_estimate_only_in_the_l
 
 
 def test_distribution_bootstrap_scales_the_bias_corrected_fd_by_its_corrected_estimate_far_from_0(monkeypatch):
-    """distribution_bootstrap(metric="fd_bias_corrected") passes boundary_interval the plug-in as its center and,
-    as its scale, the corrected estimate (the result's point) in the replicates' linear regime and the plug-in near
-    0. Before: the plug-in as both."""
+    """distribution_bootstrap(metric="fd_bias_corrected"): the boundary interval of the plug-in as its center, scaled
+    by the corrected estimate (the result's point) in the replicates' linear regime and by the plug-in near 0.
+    Before: the plug-in as both."""
     import wmeval.estimators.distributional as dist
 
     seen, real = [], dist.boundary_interval
-    monkeypatch.setattr(dist, "boundary_interval",
-                        lambda center, reps, counts, scale, level: seen.append((center, scale))
-                        or real(center, reps, counts, scale, level))
+
+    def spy(center, reps, counts, scale, level, corrected=None):
+        out = real(center, reps, counts, scale, level, corrected=corrected)
+        # the scale the interval used: the corrected estimate's where that gives this interval
+        used = corrected if corrected is not None and out == real(center, reps, counts, corrected, level) else scale
+        seen.append((center, used))
+        return out
+
+    monkeypatch.setattr(dist, "boundary_interval", spy)
     rng = np.random.default_rng(5)
     ref, a = _episodes(rng)
     fake, _ = _episodes(rng, latent=a)
@@ -397,7 +406,7 @@ def test_the_stage_gives_kid_the_boundary_interval_of_its_u_statistic_and_v_stat
     (studentized_interval by KernelBlocks.standard_error) far from it, which one named in ``method``; the
     bias-corrected FD is FD - its jackknife bias, with the boundary interval of the plug-in replicates recentred
     on FD + that bias, scaled by the corrected estimate where the replicates are in their linear regime and by the
-    plug-in below it (corrected_scale), per source."""
+    plug-in below it (boundary_interval's corrected), per source."""
     from wmeval.bootstrap.intervals import replicate_rows
     from wmeval.estimators.distributional import Replicates
 

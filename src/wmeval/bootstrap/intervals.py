@@ -40,7 +40,6 @@ from wmeval.estimators.resample import (
     JackknifePlan,
     bias_check_failed,
     boundary_interval,
-    corrected_scale,
     distance_interval,
     jackknife_centred,
     leftover_bias,
@@ -290,7 +289,7 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
             # (the bootstrap's own estimate, mean(FD*) - FD, leaves a positive bias at moderate d: at d = 16
             # with independent sides, 0.48 of a plug-in bias of 2.23; the jackknife's leaves 0.15). Its
             # interval is the boundary interval of the plug-in replicates recentred on FD + bias (it covers a
-            # true 0), scaled by the corrected estimate in the replicates' linear regime (corrected_scale); its
+            # true 0), scaled by the corrected estimate in the replicates' linear regime (``corrected``); its
             # paired differences and ranks use the basic reflection of the replicates around the
             # corrected point (summarize(interval="basic") of replicates whose mean is that point).
             bias = r.extra["jackknife_bias"]
@@ -309,10 +308,8 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
                                  n[keep], boot, base, interval="basic", n_resamples=B)
                 by_source = {row["source"]: row for row in kept}
                 group = [by_source.get(row["source"], row) for row in group]
-            scale = np.array([corrected_scale(point[j], corrected[j], r.values[:, j], counts)
-                              for j in range(len(r.sources))])
-            _boundary(group, point, jackknife_centred(r.values, point, bias), counts, scale, n,
-                      boot.confidence_level)
+            _boundary(group, point, jackknife_centred(r.values, point, bias), counts, point, n,
+                      boot.confidence_level, corrected=corrected)
             _bias_check(group, leftovers, failed)
             rows += group
     return rows
@@ -340,12 +337,13 @@ def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) ->
 
 def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: np.ndarray, scale: np.ndarray,
               n_clusters: np.ndarray, level: float, se: np.ndarray | None = None,
-              replicate_se: np.ndarray | None = None) -> None:
+              replicate_se: np.ndarray | None = None, corrected: np.ndarray | None = None) -> None:
     """Give each row of ``group`` (one per source) the boundary interval of its distance
     (:func:`~wmeval.estimators.resample.boundary_interval` of ``center`` and ``reps``: it covers a true 0, where
     the percentile and basic intervals of a degenerate statistic cover it 99-100% of the time); with standard
     errors ``se`` ``(S,)`` and ``replicate_se`` ``(B, S)`` (KID's), the bootstrap-t instead where the replicates
-    are in their linear regime (:func:`~wmeval.estimators.resample.distance_interval`; ``method`` says which).
+    are in their linear regime (:func:`~wmeval.estimators.resample.distance_interval`; ``method`` says which); with
+    ``corrected`` ``(S,)`` (the bias-corrected FDs' corrected estimates), the boundary interval's ``corrected``.
     Sources with fewer than 2 clusters keep no interval."""
     for j, row in enumerate(group):
         row["method"] = "boundary"
@@ -353,7 +351,8 @@ def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: n
             continue
         if se is None:
             row["low"], row["high"] = boundary_interval(float(center[j]), reps[:, j], counts, float(scale[j]),
-                                                        level)
+                                                        level, corrected=None if corrected is None
+                                                        else float(corrected[j]))
         else:
             row["low"], row["high"], row["method"] = distance_interval(
                 float(center[j]), reps[:, j], counts, float(scale[j]), level, float(se[j]), replicate_se[:, j])

@@ -53,7 +53,6 @@ from wmeval.estimators.resample import (
     bias_check_failed,
     boundary_interval,
     cluster_counts,
-    corrected_scale,
     distance_interval,
     jackknife_centred,
     leftover_bias,
@@ -1233,8 +1232,8 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
                           "Compare on KID, or with more episodes", RuntimeWarning, stacklevel=2)
             lo, hi = np.nan, np.nan
         else:
-            lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin],
-                                       corrected_scale(point, point - bias, reps[fin], counts[fin]), confidence_level)
+            lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin], point,
+                                       confidence_level, corrected=point - bias)
         point -= bias
     else:
         lo, hi = percentile_interval(ok, confidence_level)

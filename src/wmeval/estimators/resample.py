@@ -507,7 +507,7 @@ def linear_part(replicates: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray,
 
 
 def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray, scale: float,
-                      confidence_level: float, grid: int = 512) -> tuple[float, float]:
+                      confidence_level: float, grid: int = 512, corrected: float | None = None) -> tuple[float, float]:
     """Interval for a distance ``theta >= 0`` whose estimator is degenerate at 0 (KID's MMD^2), by test inversion.
 
     Near ``theta = 0`` such an estimator is a quadratic form: ``T - theta = L + D``, with a linear term
@@ -534,17 +534,15 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     end, built on the plug-in's own linear term, reaches further: in ``benchmarks/coverage.py``, 9 of the 16 cells
     below 93% (KID and the bias-corrected FD, mostly shifts along the highest-variance axis) rose into 93-97%, and
     none fell; the cells left below are in the linear regime far from 0 (KID's carry the bootstrap-t, which this
-    does not touch; the FD's rose less, 90.5 to 91.2% and 90.2 to 92.5%, then further with :func:`corrected_scale`).
-    The lower end, which decides whether a
-    distance is told from 0, is the test's alone, so power and the false-positive rate at a true 0 do not change;
+    does not touch; the FD's rose less, 90.5 to 91.2% and 90.2 to 92.5%, then further with ``corrected``, below).
+    The lower end, which decides whether a distance is told from 0, is the test's alone, so power and the false-positive rate at a true 0 do not change;
     nor does an interval at or below 0 (an estimate under what the degenerate part gives at a true 0), which keeps a
     true 0's coverage at the test's. The price of that exception: as the estimate rises through the point where the
     test's upper end crosses 0, the upper end jumps from about 0 to the percentile's (taking the union there too
     would raise a true 0's coverage to 1 minus the false-positive rate, up to 98%).
 
-    It needs an estimator (nearly) unbiased at 0, as KID's U-statistic is. For the FD, ``center`` is the plug-in,
-    ``scale`` the plug-in near 0 and the corrected estimate in the replicates' linear regime (:func:`corrected_scale`),
-    and the replicates are recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
+    It needs an estimator (nearly) unbiased at 0, as KID's U-statistic is. For the FD, ``center`` and ``scale`` are
+    the plug-in, ``corrected`` the jackknife-corrected estimate (see ``corrected``), and the replicates are recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
     the bootstrap's own bias estimate (``2 FD - mean FD*``) a positive bias is left at moderate dimension, and
     this interval covered a true 0 in 87-90% of data sets (independent sides, d = 16).
 
@@ -552,20 +550,32 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
         center: the statistic on the data (the plug-in FD, or KID's U-statistic) the replicates resample.
         replicates: ``(B,)`` (non-finite ones are left out, with their rows of ``counts``).
         counts: ``(B, n_clusters)`` the replicates' cluster multiplicities.
-        scale: the plug-in squared distance behind the linear term (KID's V-statistic; for the bias-corrected FD,
-            :func:`corrected_scale`), raised to what the
+        scale: the plug-in squared distance behind the linear term (KID's V-statistic), raised to what the
             degenerate part's spread allows (see the code); no linear part: the basic interval of ``D*``. With too
             few replicates to fit the linear part (``B <= clusters + 2``): a warning, and the basic interval of
             the replicates.
         confidence_level: e.g. 0.95.
         grid: points of the first scan over ``u`` before each bound is refined by bisection.
+        corrected: for a bias-corrected distance (the FD less its jackknife bias), the corrected estimate: it replaces
+            ``scale`` where the replicates are in their linear regime (their linear part carrying over
+            :data:`STUDENTIZE_LINEAR_SHARE` of their variance, as :func:`linear_share` measures, where KID takes the
+            bootstrap-t) and it is a positive number, so that at the estimate the linear term is the replicates' own.
+            With the plug-in as scale the test shrinks the linear term at the estimate by ``sqrt(corrected /
+            plug-in)``: the plug-in's bias counted as noise in the estimated difference, which holds where the
+            features vary alike in every direction. Far from 0 the estimated difference lies close to the true one,
+            so the replicates' linear term has about the size the true difference's has at the estimate, and that
+            shrinkage understates it, most for a difference along a high-variance direction: the interval covered
+            91.2-92.5% with the shift along the highest-variance axis (``benchmarks/coverage.py``; 92.5-94.8% with
+            the corrected estimate, no cell lower, no power lost). Near 0 the plug-in stays: there the replicates'
+            linear term is mostly the noise of the estimated difference, and a corrected estimate near 0 as the
+            scale would stretch it without bound (at a true 0 the intervals were 2.6 times as wide, for no coverage).
 
     Returns:
         ``(low, high)``; NaN without a finite replicate. With too few replicates to fit the linear part, the basic
         interval's upper end is raised in the same way.
     """
     reps = np.asarray(replicates, dtype=np.float64)
-    low, high = _inverted_test(center, reps, counts, scale, confidence_level, grid)
+    low, high = _inverted_test(center, reps, counts, scale, confidence_level, grid, corrected)
     ok = np.isfinite(reps)
     if np.isfinite(high) and high > 0 and ok.sum() > 1:
         # Where the test accepts a positive distance, the upper end is at least the percentile interval's,
@@ -576,7 +586,7 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
 
 
 def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, scale: float,
-                   confidence_level: float, grid: int) -> tuple[float, float]:
+                   confidence_level: float, grid: int, corrected: float | None = None) -> tuple[float, float]:
     """:func:`boundary_interval`'s test inversion alone (its upper end before the percentile's is taken)."""
     reps = np.asarray(replicates, dtype=np.float64)
     ok = np.isfinite(reps)
@@ -591,6 +601,9 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
         q_lo, q_hi = np.quantile(reps[ok], [a_lo, a_hi])
         return float(2.0 * center - q_hi), float(2.0 * center - q_lo)
     lin, rest = parts
+    if (corrected is not None and np.isfinite(corrected) and corrected > 0
+            and _linear_fraction(lin, rest) > STUDENTIZE_LINEAR_SHARE):
+        scale = corrected                     # the linear regime: the linear term at the estimate at full size
     # The linear term's growth per unit of distance, var(L*) / scale, is at most 4 sd(D*) (its variance is
     # 4 d' S d / n for a difference d, and the degenerate term's sd at least sqrt(2) |S| / n): a plug-in
     # below what that allows (two sets that are copies of each other, scale ~ 0, or a rounding error below
@@ -651,7 +664,7 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
 #: data sets with the shift along the features' highest-variance axis (``benchmarks/coverage.py``, 400 a cell;
 #: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen; both before the
 #: boundary interval's upper-end rule). The same share marks the bias-corrected FD's linear regime, where its boundary
-#: interval is scaled by the corrected estimate (:func:`corrected_scale`; the value was not tuned for the FD).
+#: interval is scaled by the corrected estimate (:func:`boundary_interval`'s ``corrected``; not tuned for the FD).
 STUDENTIZE_LINEAR_SHARE = 0.9
 
 
@@ -666,31 +679,13 @@ def linear_share(replicates: np.ndarray, counts: np.ndarray) -> float:
     parts = linear_part(reps[ok], np.asarray(counts)[ok]) if ok.any() else None
     if parts is None:
         return float("nan")
-    lin, rest = parts
+    return _linear_fraction(*parts)
+
+
+def _linear_fraction(lin: np.ndarray, rest: np.ndarray) -> float:
+    """:func:`linear_part`'s split as :func:`linear_share` reports it: var(L) / (var(L) + var(rest)), NaN at 0."""
     total = float(lin.var() + rest.var())
     return float(lin.var() / total) if total > 0 else float("nan")
-
-
-def corrected_scale(plugin: float, corrected: float, replicates: np.ndarray, counts: np.ndarray) -> float:
-    """:func:`boundary_interval`'s ``scale`` for a bias-corrected distance (the FD less its jackknife bias): the
-    plug-in, the squared distance the replicates' linear term is built on, near 0; the corrected estimate where the
-    replicates are in their linear regime (:func:`linear_share` above :data:`STUDENTIZE_LINEAR_SHARE`, where KID
-    takes the bootstrap-t), so that at the estimate the linear term is the replicates' own.
-
-    With the plug-in as scale the test shrinks the linear term at the estimate by ``sqrt(corrected / plug-in)``: the
-    plug-in's bias counted as noise in the estimated difference, which holds where the features vary alike in every
-    direction. Far from 0 the estimated difference lies close to the true one, so the replicates' linear term has
-    about the size the true difference's has at the estimate, and that shrinkage understates it, most for a
-    difference along a high-variance direction: the interval covered 91.2-92.5% with the shift along the
-    highest-variance axis (``benchmarks/coverage.py``; 92.5-94.8% with this scale, no cell lower, no power lost).
-    Near 0 the plug-in stays: there the replicates' linear term
-    is mostly the noise of the estimated difference, and scaling it by a corrected estimate near 0 would stretch it
-    without bound (at a true 0 the intervals were 2.6 times as wide, for no coverage). NaN or infinite inputs give
-    the plug-in."""
-    share = linear_share(replicates, counts)
-    if np.isfinite(share) and share > STUDENTIZE_LINEAR_SHARE and np.isfinite(corrected) and corrected > 0:
-        return float(corrected)
-    return float(plugin)
 
 
 def studentized_interval(center: float, se: float, replicates: np.ndarray, replicate_se: np.ndarray,
