@@ -17,7 +17,17 @@ and each shift along the highest-variance axis (variance 2.0) and the lowest (0.
 - ``hybrid``: ``bootstrap_t`` where the replicates' linear part in the multiplicities
   (``wmeval.estimators.resample.linear_share``) carries more than ``STUDENTIZE_LINEAR_SHARE`` (0.9) of their
   variance (the linear regime, far from 0), else ``boundary``: ``wmeval.estimators.resample.distance_interval``,
-  the interval wmeval ships for KID.
+  the interval wmeval ships for KID;
+- ``calibrated_switch``: ``hybrid`` with the bootstrap-t replaced, where the switch takes it, by the percentile
+  interval at levels calibrated by a double bootstrap (:func:`calibrated_percentile`; Hall and Martin 1988; Davison
+  and Hinkley 1997, sec. 5.6): each replicate's episodes are resampled again (``--inner-resamples`` times, within
+  the same groups), ``p_b`` is the share of those inner replicates at or below the estimate, and the interval is
+  the replicates' quantiles at the 2.5% and 97.5% quantiles of ``p_b``: another second-order interval, which needs
+  no standard error (computed only there: 0.25-0.7 s a data set);
+- ``oracle``: the estimate less the 97.5% and 2.5% quantiles of (estimate - truth) over ``--oracle-datasets`` other
+  data sets of the cell (their own seeds): the exact pivot, known only in a simulation. It shows what the cell's
+  data sets allow: where it covers less than 95%, the data sets drawn are harder than the average, and the
+  other intervals' shortfall is that much less their own.
 
 Reported per cell: each interval's coverage of the true KID, its power (intervals entirely above 0; at a true 0 the
 false-positive rate), the infinitesimal jackknife's standard error on the data over the estimator's actual spread
@@ -31,11 +41,11 @@ estimate across data sets, and the median linear share.
 the shipped rule (fresh seed, 300 data sets a cell, at 32 and 64 episodes and at d = 16) and that comparison are in
 ``benchmarks/results/kid_interval_variants_heldout.json``.
 
-Both stored results predate the boundary interval's upper-end rule (its upper end at least the percentile interval's
-where it admits a positive distance, commit 25eaddd): their ``boundary`` and ``hybrid`` columns are the inverted test
-alone. A rerun gives the shipped intervals; one was stopped after its first three cells (seed 0; not stored) to free the
-cores for ``benchmarks/coverage.py``: the small paired high-axis shift moved from 90.5% to 91.7% (boundary) and 93.4% to
-93.6% (switch), the truth-0 cells not at all.
+``kid_interval_variants.json`` (seed 0, 1000 data sets a cell, 29 minutes on 2 cores) was rerun with the boundary
+interval's upper-end rule (its upper end at least the percentile interval's where it admits a positive distance,
+commit 25eaddd) and with ``calibrated_switch`` and ``oracle``; the switch was chosen on the same data sets before
+that rule (commit 5eca392). The held-out check predates the rule: its ``boundary`` and ``hybrid`` columns are the
+inverted test alone.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ import numpy as np
 
 from wmeval.estimators.resample import STUDENTIZE_LINEAR_SHARE
 
-INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t", "hybrid")
+INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t", "hybrid", "calibrated_switch", "oracle")
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,9 +75,72 @@ def _true_kid():
     return mod.true_kid
 
 
-def _dataset(job: tuple) -> dict:
+def _kernel_blocks(d: int, n: int, t: int, rho: float, design: str, shift: float, axis: int, data_seed: tuple):
+    """One data set of a cell: its :class:`~wmeval.estimators.distributional.KernelBlocks`, resampling groups and
+    the true KID."""
     from wmeval.core.rng import make_rng
     from wmeval.estimators import distributional as dist
+
+    sigma = np.diag(np.linspace(0.5, 2.0, d))
+    chol = np.linalg.cholesky(sigma)
+    delta = np.zeros(d)
+    delta[axis] = shift
+    truth = _true_kid()(np.zeros(d), sigma, delta, sigma)
+    ep = np.repeat(np.arange(n), t)
+    rng = make_rng(*data_seed)
+    a = rng.normal(size=(n, d))
+    b = a if design == "paired" else rng.normal(size=(n, d))
+    x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    inv_r, inv_f, group = dist._cluster_index(ep, ep if design == "paired" else ep + n)
+    kb = dist.KernelBlocks.of(dist.Side(x, inv_r, np.full(len(x), "all")),
+                              dist.Side(y, inv_f, np.full(len(y), "all")), len(group))
+    return kb, group, truth
+
+
+def _oracle_error(job: tuple) -> float:
+    """estimate - truth on one of the oracle's data sets (seeds apart from the cell's own)."""
+    d, n, t, rho, design, shift, axis, i, seed = job
+    kb, group, truth = _kernel_blocks(d, n, t, rho, design, shift, axis,
+                                      (seed, "kid_interval_variants", "oracle", design, shift, axis % d, n, i))
+    return float(kb.at(np.ones(len(group))) - truth)
+
+
+def inner_counts(counts: np.ndarray, group: np.ndarray, n_inner: int, rng: np.random.Generator) -> np.ndarray:
+    """The double bootstrap's inner resamples: ``(n_inner, B, n)`` multiplicities, row ``[j, b]`` drawing each group's
+    ``n_g`` episodes with replacement from the multiset that replicate b's ``counts[b]`` holds (an episode drawn
+    c times is c units of it), so that no episode absent from replicate b appears in its inner resamples."""
+    n_b, n_cl = counts.shape
+    rows = np.arange(n_inner * n_b)[:, None] * n_cl
+    out = np.zeros(n_inner * n_b * n_cl, dtype=np.int64)
+    for g in np.unique(group):
+        m = np.flatnonzero(group == g)
+        drawn = np.stack([np.repeat(m, counts[b, m]) for b in range(n_b)])        # (B, n_g): each multiset
+        pos = rng.integers(0, len(m), size=(n_inner, n_b, len(m)))              # n_g draws from it
+        ids = drawn[np.arange(n_b)[None, :, None], pos].reshape(n_inner * n_b, len(m))
+        out += np.bincount((rows + ids).ravel(), minlength=out.size)
+    return out.reshape(n_inner, n_b, n_cl)
+
+
+def calibrated_percentile(at, point: float, reps: np.ndarray, counts: np.ndarray, group: np.ndarray,
+                          n_inner: int, rng: np.random.Generator, confidence_level: float = 0.95
+                          ) -> tuple[float, float]:
+    """The double bootstrap's calibrated percentile interval: for each replicate b, ``n_inner`` inner resamples of
+    its episodes (:func:`inner_counts`) and the statistic ``at`` on each; ``p_b`` = the share of them at or below
+    ``point``; the interval is the ``reps`` quantiles at the ``alpha/2`` and ``1 - alpha/2`` quantiles of ``p_b``
+    (the levels at which the percentile interval covers ``point`` in the bootstrap world as often as asked)."""
+    ok = np.isfinite(reps)
+    inner = inner_counts(np.asarray(counts)[ok], group, n_inner, rng)
+    vals = at(inner.reshape(-1, inner.shape[2]).astype(np.float64)).reshape(inner.shape[:2])
+    with np.errstate(invalid="ignore"):
+        p = (vals <= point).sum(axis=0) / np.isfinite(vals).sum(axis=0)
+    a = (1.0 - confidence_level) / 2.0
+    levels = np.quantile(p[np.isfinite(p)], [a, 1.0 - a])
+    return tuple(float(v) for v in np.quantile(reps[ok], levels))
+
+
+def _dataset(job: tuple) -> dict:
+    from wmeval.core.rng import make_rng
     from wmeval.estimators.resample import (
         _bca_interval,
         boundary_interval,
@@ -77,23 +150,11 @@ def _dataset(job: tuple) -> dict:
         studentized_interval,
     )
 
-    d, n, t, rho, design, shift, axis, i, n_resamples, seed = job
-    sigma = np.diag(np.linspace(0.5, 2.0, d))
-    chol = np.linalg.cholesky(sigma)
-    delta = np.zeros(d)
-    delta[axis] = shift
-    truth = _true_kid()(np.zeros(d), sigma, delta, sigma)
-    ep = np.repeat(np.arange(n), t)
-    rng = make_rng(seed, "kid_interval_variants", design, shift, axis % d, n, i)
-    a = rng.normal(size=(n, d))
-    b = a if design == "paired" else rng.normal(size=(n, d))
-    x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-    y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-    inv_r, inv_f, group = dist._cluster_index(ep, ep if design == "paired" else ep + n)
+    d, n, t, rho, design, shift, axis, i, n_resamples, seed, n_inner, pivot = job
+    kb, group, truth = _kernel_blocks(d, n, t, rho, design, shift, axis,
+                                      (seed, "kid_interval_variants", design, shift, axis % d, n, i))
     n_cl = len(group)
     counts = cluster_counts(np.arange(n_cl), group, n_cl, n_resamples, make_rng(seed, "kid_interval_variants", i))
-    kb = dist.KernelBlocks.of(dist.Side(x, inv_r, np.full(len(x), "all")),
-                              dist.Side(y, inv_f, np.full(len(y), "all")), n_cl)
     c = counts.astype(np.float64)
     point, reps = kb.at(np.ones(n_cl)), kb.at(c)
     se, se_reps = kb.standard_error(np.ones(n_cl), group), kb.standard_error(c, group)
@@ -102,7 +163,12 @@ def _dataset(job: tuple) -> dict:
               "percentile": tuple(np.quantile(reps, [0.025, 0.975])),
               "bca": _bca_interval(reps, point, kb.at(1.0 - np.eye(n_cl)), 0.95),
               "bootstrap_t": studentized_interval(point, se, reps, se_reps, 0.95),
-              "hybrid": distance_interval(point, reps, counts, kb.plugin(), 0.95, se, se_reps)[:2]}
+              "oracle": (point - pivot[1], point - pivot[0])}
+    low, high, method = distance_interval(point, reps, counts, kb.plugin(), 0.95, se, se_reps)
+    bounds["hybrid"] = (low, high)
+    bounds["calibrated_switch"] = (calibrated_percentile(kb.at, point, reps, counts, group, n_inner,
+                                                         make_rng(seed, "kid_interval_variants", "inner", i))
+                                   if method == "bootstrap-t" else bounds["hybrid"])
     return {"truth": float(truth), "point": float(point), "se": float(se), "linear_share": share,
             "bounds": {k: (float(lo), float(hi)) for k, (lo, hi) in bounds.items()},
             **{k: (bool(lo <= truth <= hi), bool(lo > 0)) for k, (lo, hi) in bounds.items()}}
@@ -154,6 +220,10 @@ def main() -> None:
     ap.add_argument("--no-zero", action="store_true", help="leave out the truth-0 cells")
     ap.add_argument("--resamples", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--inner-resamples", type=int, default=100,
+                    help="inner resamples per replicate for the calibrated interval (the double bootstrap)")
+    ap.add_argument("--oracle-datasets", type=int, default=2000,
+                    help="data sets of each cell, apart from its own, that give the oracle's pivot")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kid_interval_variants.json"))
     ap.add_argument("--dump", default=None, help="also write each data set's point, standard error, linear share "
@@ -168,16 +238,21 @@ def main() -> None:
         Path(args.dump).write_text("")             # each run's dump on its own: cells appended below
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
            "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
-           "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "cells": []}
+           "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "inner_resamples": args.inner_resamples,
+           "oracle_datasets": args.oracle_datasets, "cells": []}
     # (shift, axis): a true 0, then each shift along the highest-variance axis (-1) and the lowest (0)
     cells = ([] if args.no_zero else [(0.0, 0)]) + [(shift, axis) for axis in (-1, 0) for shift in args.shifts]
     variances = np.linspace(0.5, 2.0, args.dim)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for shift, axis in cells:
             for design in ("paired", "unpaired"):
+                errors = np.array(list(pool.map(_oracle_error, [
+                    (args.dim, args.episodes, args.frames, args.rho, design, shift, axis, i, args.seed)
+                    for i in range(args.oracle_datasets)], chunksize=16)))
+                pivot = tuple(float(q) for q in np.quantile(errors, [0.025, 0.975]))
                 rows = list(pool.map(_dataset, [(args.dim, args.episodes, args.frames, args.rho, design, shift, axis,
-                                                 i, args.resamples, args.seed) for i in range(args.datasets)],
-                                     chunksize=4))
+                                                 i, args.resamples, args.seed, args.inner_resamples, pivot)
+                                                for i in range(args.datasets)], chunksize=4))
                 points = np.array([r["point"] for r in rows])
                 z = (points - points.mean()) / points.std()
                 cell = {"shift": shift, "shift_axis_variance": float(variances[axis]) if shift else None,

@@ -662,8 +662,8 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
 #: the bootstrap-t (:func:`studentized_interval`) rather than the boundary interval: the linear regime, far from 0,
 #: where the estimate is skewed and heavy-tailed across data sets and the boundary interval covered 86.5-90.8% of
 #: data sets with the shift along the features' highest-variance axis (``benchmarks/coverage.py``, 400 a cell;
-#: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen; both before the
-#: boundary interval's upper-end rule). The same share marks the bias-corrected FD's linear regime, where its boundary
+#: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen at commit 5eca392;
+#: both before the boundary interval's upper-end rule, with which the latter's are 90.2-93.2%). The same share marks the bias-corrected FD's linear regime, where its boundary
 #: interval is scaled by the corrected estimate (:func:`boundary_interval`'s ``corrected``; not tuned for the FD).
 STUDENTIZE_LINEAR_SHARE = 0.9
 
@@ -714,8 +714,8 @@ def distance_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     ``"bootstrap-t"`` or ``"boundary"``.
 
     Each alone fails somewhere (``benchmarks/kid_interval_variants.py``, 1000 data sets a cell, 32 episodes,
-    d = 4; before :func:`boundary_interval`'s upper-end rule): the boundary interval covered 89.3-90.6% with a shift
-    along the features' highest-variance axis, where
+    d = 4): the boundary interval covered 90.2-93.2% with a shift along the features' highest-variance axis (89.3-90.6%
+    before its upper-end rule), where
     the estimate is skewed (0.9-1.2) and heavy-tailed; the bootstrap-t covers 83.9% at a small shift with
     independent sides, where the replicates are mostly degenerate and their standard errors noisy. The switch
     takes each where it holds. Its cost: a few replicates with a small ``se*`` give long t tails, and the
