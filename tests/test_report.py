@@ -197,12 +197,46 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     assert "highest-variance" not in coverage_note(plain)
     text = coverage_note({**plain, "sets_high_axis": high})
     assert "highest-variance axis instead" in text and "at 32 episodes, KID 88.0%-96.8%, bias-corrected FD 95.0%" in text
-    assert "Below 93%, too narrow: KID paired shift 88.0% (32 episodes)." in text and text.count("too narrow") == 1
+    assert "Below 93%, too narrow: KID paired shift 88.0% (32 episodes)." in text and text.count("Below 93%") == 1
     # The d = 16 part is named by its dimension.
     mid = {**high, "dim": 16, "cells": high["cells"][:1]}
     text = coverage_note({**plain, "sets_high_axis": high, "sets_mid_high_axis": mid})
     assert "; at 32 episodes, d = 16, KID 88.0%" in text
     assert "KID paired shift 88.0% (32 episodes); KID paired shift 88.0% (32 episodes, d = 16)." in text
+
+
+def test_cells_outside_93_97_beyond_chance_are_named():
+    """beyond_chance flags a cell only when its coverage lies more than 1.96 binomial standard errors past the
+    nearer end of 93-97%, the error at that end with the intervals given; the high-axis parts' truth-0 cells (the
+    lowest-axis parts' data sets again) and mostly withheld cells are left out; the scorecard's note names them."""
+    from wmeval.report.scorecard import beyond_chance, coverage_note
+
+    def cell(metric, truth, design, p, held=0.0):
+        return {"metric": metric, "truth": truth, "design": design, "coverage": p, "withheld": held,
+                ("false_positive_rate" if truth == "zero" else "power"): 0.5}
+
+    sets = {"dim": 4, "episodes": 32, "frames_per_episode": 10, "rho": 0.5, "datasets": 400, "cells": [
+        cell("kid", "shift", "paired", 0.92),               # 0.8 SE below 93%: chance
+        cell("kid", "large shift", "paired", 0.89),         # 3.1 SE below
+        cell("fd_bias_corrected", "shift", "unpaired", 0.99),  # 2.3 SE above 97%
+        cell("fd_bias_corrected", "zero", "paired", 0.902, held=0.3),  # 2.2 SE at 400, 1.8 at the 280 given
+        cell("fd_bias_corrected", "zero", "unpaired", 0.5, held=0.9)]}
+    wide = {"dim": 64, "episodes": 32, "datasets": 150, "cells": [cell("kid", "shift", "paired", 0.985)]}  # 1.1 SE
+    high = {"episodes": 64, "datasets": 400, "cells": [cell("kid", "zero", "paired", 0.80),
+                                                        cell("kid", "shift", "unpaired", 0.90)]}
+    cov = {"sets": sets, "sets_wide": wide, "sets_more_episodes_high_axis": high}
+    narrow_, wide_ = beyond_chance(cov)
+    assert narrow_ == ["KID paired large shift 89.0% (32 episodes, d = 4)",
+                       "KID unpaired shift 90.0% (64 episodes, d = 4, highest axis)"]
+    assert wide_ == ["bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)"]
+    full = {"cluster": {"coverage": 0.95, "coverage_se": 0.01}, "iid_frames": {"coverage": 0.4}, "datasets": 500,
+            "episodes": 64, "frames_per_episode": 16, "rho": 0.8, "confidence_level": 0.95, **cov}
+    text = coverage_note(full)
+    assert ("Outside 93-97% by more than chance (over 1.96 standard errors past the nearer end): too narrow: KID "
+            "paired large shift 89.0% (32 episodes, d = 4), KID unpaired shift 90.0% (64 episodes, d = 4, highest "
+            "axis); too wide (conservative): 1 cell.") in text
+    inside = {**full, "sets": {**sets, "cells": sets["cells"][:1]}, "sets_more_episodes_high_axis": None}
+    assert "by more than chance" not in coverage_note(inside)
 
 
 def test_a_point_outside_its_interval_is_flagged():
