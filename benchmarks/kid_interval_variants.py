@@ -25,9 +25,16 @@ and each shift along the highest-variance axis (variance 2.0) and the lowest (0.
   the replicates' quantiles at the 2.5% and 97.5% quantiles of ``p_b``: another second-order interval, which needs
   no standard error (computed only there: 0.25-0.7 s a data set);
 - ``oracle``: the estimate less the 97.5% and 2.5% quantiles of (estimate - truth) over ``--oracle-datasets`` other
-  data sets of the cell (their own seeds): the exact pivot, known only in a simulation. It shows what the cell's
-  data sets allow: where it covers less than 95%, the data sets drawn are harder than the average, and the
-  other intervals' shortfall is that much less their own.
+  data sets of the cell (their own seeds; the quantiles are stored as ``oracle_pivot``): the pivot, estimated from
+  those data sets (about 0.5 points of noise in its coverage), known only in a simulation. It shows what the
+  cell's data sets allow: where it covers less than 95%, the data sets drawn are harder than the average, and
+  part of the other intervals' shortfall is the draw's, not theirs.
+
+Each interval's ``against_switch`` compares it with ``hybrid`` on the same data sets: the data sets only it covers,
+those only the switch covers, and the exact McNemar test's p-value. ``--coverage-data-sets`` takes
+``benchmarks/coverage.py``'s data sets and resampling seeds instead (its set-level cells at d = 4, 32 episodes:
+the shipped switch's coverage there is coverage.py's own, beside the other intervals and the oracle on the same
+data sets; ``benchmarks/results/kid_interval_variants_coverage_data.json``, 400 a cell).
 
 Reported per cell: each interval's coverage of the true KID, its power (intervals entirely above 0; at a true 0 the
 false-positive rate), the infinitesimal jackknife's standard error on the data over the estimator's actual spread
@@ -63,6 +70,8 @@ import numpy as np
 from wmeval.estimators.resample import STUDENTIZE_LINEAR_SHARE
 
 INTERVALS = ("boundary", "percentile", "bca", "bootstrap_t", "hybrid", "calibrated_switch", "oracle")
+#: ``--coverage-data-sets``: benchmarks/coverage.py's name for each shift (its ``--set-shift`` 0.5, and 3 x that).
+COVERAGE_TRUTHS = {0.0: "zero", 0.5: "shift", 1.5: "large shift"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -150,11 +159,16 @@ def _dataset(job: tuple) -> dict:
         studentized_interval,
     )
 
-    d, n, t, rho, design, shift, axis, i, n_resamples, seed, n_inner, pivot = job
-    kb, group, truth = _kernel_blocks(d, n, t, rho, design, shift, axis,
-                                      (seed, "kid_interval_variants", design, shift, axis % d, n, i))
+    d, n, t, rho, design, shift, axis, i, n_resamples, seed, n_inner, pivot, coverage_data = job
+    if coverage_data:           # benchmarks/coverage.py's data set i of this cell, resampled as it resamples it
+        data_seed = (seed, "coverage", "sets", COVERAGE_TRUTHS[shift], design, i)
+        resample_seed = (i, "distribution_bootstrap")
+    else:
+        data_seed = (seed, "kid_interval_variants", design, shift, axis % d, n, i)
+        resample_seed = (seed, "kid_interval_variants", i)
+    kb, group, truth = _kernel_blocks(d, n, t, rho, design, shift, axis, data_seed)
     n_cl = len(group)
-    counts = cluster_counts(np.arange(n_cl), group, n_cl, n_resamples, make_rng(seed, "kid_interval_variants", i))
+    counts = cluster_counts(np.arange(n_cl), group, n_cl, n_resamples, make_rng(*resample_seed))
     c = counts.astype(np.float64)
     point, reps = kb.at(np.ones(n_cl)), kb.at(c)
     se, se_reps = kb.standard_error(np.ones(n_cl), group), kb.standard_error(c, group)
@@ -172,6 +186,17 @@ def _dataset(job: tuple) -> dict:
     return {"truth": float(truth), "point": float(point), "se": float(se), "linear_share": share,
             "bounds": {k: (float(lo), float(hi)) for k, (lo, hi) in bounds.items()},
             **{k: (bool(lo <= truth <= hi), bool(lo > 0)) for k, (lo, hi) in bounds.items()}}
+
+
+def paired_test(hits: np.ndarray, other: np.ndarray) -> dict:
+    """Two intervals' coverage on the same data sets, compared: the data sets only ``hits`` covers, those only
+    ``other`` covers, and the exact McNemar test's two-sided p-value (a binomial test on the discordant ones)."""
+    from scipy.stats import binomtest
+
+    only, only_other = int((hits & ~other).sum()), int((~hits & other).sum())
+    n = only + only_other
+    return {"only_this": only, "only_switch": only_other,
+            "mcnemar_p": float(binomtest(min(only, only_other), n, 0.5).pvalue) if n else 1.0}
 
 
 #: Switch rules compared on dumped data sets (``--compare-rules``): each picks an interval from a data set's record.
@@ -224,6 +249,9 @@ def main() -> None:
                     help="inner resamples per replicate for the calibrated interval (the double bootstrap)")
     ap.add_argument("--oracle-datasets", type=int, default=2000,
                     help="data sets of each cell, apart from its own, that give the oracle's pivot")
+    ap.add_argument("--coverage-data-sets", action="store_true",
+                    help="take benchmarks/coverage.py's data sets (its seeds, --seed 0) and its resampling seeds "
+                         "instead of this benchmark's own: its cells' intervals, beside the others")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kid_interval_variants.json"))
     ap.add_argument("--dump", default=None, help="also write each data set's point, standard error, linear share "
@@ -236,7 +264,11 @@ def main() -> None:
         return
     if args.dump:
         Path(args.dump).write_text("")             # each run's dump on its own: cells appended below
+    if args.coverage_data_sets and (args.seed != 0 or set(args.shifts) - set(COVERAGE_TRUTHS)):
+        ap.error("--coverage-data-sets: coverage.py's data sets are seed 0's, at shifts 0.5 and 1.5")
     res = {"dim": args.dim, "episodes": args.episodes, "frames_per_episode": args.frames, "rho": args.rho,
+           "data_sets": "benchmarks/coverage.py's (its seeds and resampling seeds)" if args.coverage_data_sets
+           else "this benchmark's own (--seed)",
            "datasets": args.datasets, "n_resamples": args.resamples, "confidence_level": 0.95,
            "hybrid_linear_share": STUDENTIZE_LINEAR_SHARE, "inner_resamples": args.inner_resamples,
            "oracle_datasets": args.oracle_datasets, "cells": []}
@@ -251,20 +283,24 @@ def main() -> None:
                     for i in range(args.oracle_datasets)], chunksize=16)))
                 pivot = tuple(float(q) for q in np.quantile(errors, [0.025, 0.975]))
                 rows = list(pool.map(_dataset, [(args.dim, args.episodes, args.frames, args.rho, design, shift, axis,
-                                                 i, args.resamples, args.seed, args.inner_resamples, pivot)
-                                                for i in range(args.datasets)], chunksize=4))
+                                                 i, args.resamples, args.seed, args.inner_resamples, pivot,
+                                                 args.coverage_data_sets) for i in range(args.datasets)],
+                                     chunksize=4))
                 points = np.array([r["point"] for r in rows])
                 z = (points - points.mean()) / points.std()
                 cell = {"shift": shift, "shift_axis_variance": float(variances[axis]) if shift else None,
                         "design": design,
                         "ij_se_over_estimate_sd": float(np.sqrt(np.mean([r["se"] ** 2 for r in rows])) / points.std()),
                         "estimate_skewness": float(np.mean(z ** 3)), "estimate_kurtosis": float(np.mean(z ** 4)),
-                        "linear_share_median": float(np.median([r["linear_share"] for r in rows]))}
+                        "linear_share_median": float(np.median([r["linear_share"] for r in rows])),
+                        "oracle_pivot": list(pivot)}
+                shipped = np.array([r["hybrid"][0] for r in rows])
                 for name in INTERVALS:
                     hit = np.array([r[name] for r in rows])
                     p = float(hit[:, 0].mean())
                     cell[name] = {"coverage": p, "coverage_se": float(np.sqrt(p * (1 - p) / len(rows))),
-                                  ("power" if shift else "false_positive_rate"): float(hit[:, 1].mean())}
+                                  ("power" if shift else "false_positive_rate"): float(hit[:, 1].mean()),
+                                  **({} if name == "hybrid" else {"against_switch": paired_test(hit[:, 0], shipped)})}
                 res["cells"].append(cell)
                 print(json.dumps(cell), flush=True)
                 if args.dump:

@@ -167,7 +167,9 @@ def test_double_bootstrap_inner_resamples_draw_from_each_replicate():
 
 def test_double_bootstrap_calibration_corrects_a_skewed_mean():
     """kid_interval_variants.calibrated_percentile on the mean of 12 exponential draws (true mean 1), where the
-    percentile interval is too narrow on the right: the calibrated levels widen it, and it covers more often."""
+    percentile interval is too narrow on the right: the calibrated levels move its upper end out on average, and it
+    covers more often (by 4.0-9.3 points over 10 other runs of 150 data sets; reversed levels, p_b taken as the
+    share above the estimate, or no calibration fail)."""
     from wmeval.estimators.resample import cluster_counts
 
     mod = _script("kid_interval_variants.py")
@@ -183,7 +185,7 @@ def test_double_bootstrap_calibration_corrects_a_skewed_mean():
         reps = at(counts.astype(float))
         lo, hi = np.quantile(reps, [0.025, 0.975])
         clo, chi = mod.calibrated_percentile(at, float(x.mean()), reps, counts, np.zeros(n, int), 60, rng)
-        assert clo < chi and chi >= hi - 1e-12
-        hits.append((lo <= 1.0 <= hi, clo <= 1.0 <= chi))
-    percentile, calibrated = np.mean(hits, axis=0)
-    assert calibrated >= percentile + 0.03, (percentile, calibrated)
+        assert clo < chi
+        hits.append((lo <= 1.0 <= hi, clo <= 1.0 <= chi, chi - hi))
+    percentile, calibrated, upper_shift = np.mean(hits, axis=0)
+    assert upper_shift > 0 and calibrated >= percentile + 0.02, (percentile, calibrated, upper_shift)
