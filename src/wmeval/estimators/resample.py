@@ -535,14 +535,15 @@ def boundary_interval(center: float, replicates: np.ndarray, counts: np.ndarray,
     below 93% (KID and the bias-corrected FD, mostly shifts along the highest-variance axis) rose into 93-97%, and
     none fell; the cells left below are in the linear regime far from 0 (KID's carry the bootstrap-t, which this
     does not touch; the FD's rose less, 90.5 to 91.2% and 90.2 to 92.5%, then further with ``corrected``, below).
-    The lower end, which decides whether a distance is told from 0, is the test's alone, so power and the false-positive rate at a true 0 do not change;
-    nor does an interval at or below 0 (an estimate under what the degenerate part gives at a true 0), which keeps a
-    true 0's coverage at the test's. The price of that exception: as the estimate rises through the point where the
-    test's upper end crosses 0, the upper end jumps from about 0 to the percentile's (taking the union there too
-    would raise a true 0's coverage to 1 minus the false-positive rate, up to 98%).
+    The lower end, which decides whether a distance is told from 0, is the test's alone, so power and the
+    false-positive rate at a true 0 do not change; nor does an interval at or below 0 (an estimate under what the
+    degenerate part gives at a true 0), which keeps a true 0's coverage at the test's. The price of that exception:
+    as the estimate rises through the point where the test's upper end crosses 0, the upper end jumps from about 0
+    to the percentile's (taking the union there too would raise a true 0's coverage to 1 minus the false-positive rate, up to 98%).
 
     It needs an estimator (nearly) unbiased at 0, as KID's U-statistic is. For the FD, ``center`` and ``scale`` are
-    the plug-in, ``corrected`` the jackknife-corrected estimate (see ``corrected``), and the replicates are recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
+    the plug-in, ``corrected`` the jackknife-corrected estimate (see ``corrected``), and the replicates are
+    recentred on it plus the jackknife's bias estimate (:func:`jackknife_centred`): with
     the bootstrap's own bias estimate (``2 FD - mean FD*``) a positive bias is left at moderate dimension, and
     this interval covered a true 0 in 87-90% of data sets (independent sides, d = 16).
 
@@ -663,8 +664,9 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
 #: where the estimate is skewed and heavy-tailed across data sets and the boundary interval covered 86.5-90.8% of
 #: data sets with the shift along the features' highest-variance axis (``benchmarks/coverage.py``, 400 a cell;
 #: 89.3-90.6% in ``benchmarks/kid_interval_variants.py``, 1000 a cell, where this value was chosen at commit 5eca392;
-#: both before the boundary interval's upper-end rule, with which the latter's are 90.2-93.2%). The same share marks the bias-corrected FD's linear regime, where its boundary
-#: interval is scaled by the corrected estimate (:func:`boundary_interval`'s ``corrected``; not tuned for the FD).
+#: both before the boundary interval's upper-end rule, with which the latter's are 90.2-93.2%). The same share marks
+#: the bias-corrected FD's linear regime, where its boundary interval is scaled by the corrected estimate
+#: (:func:`boundary_interval`'s ``corrected``; not tuned for the FD).
 STUDENTIZE_LINEAR_SHARE = 0.9
 
 

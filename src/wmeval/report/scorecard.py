@@ -530,8 +530,7 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += " Elsewhere (`benchmarks/results/coverage.json`, README): " + ". ".join(
                 f"At {name}, KID {spans('kid', p)}, bias-corrected FD {spans('fd_bias_corrected', p)}"
                 for name, p in parts) + "."
-        high = [p for key in ("sets_high_axis", "sets_more_episodes_high_axis", "sets_mid_high_axis")
-                if (p := cov.get(key))]
+        high = [p for key, axis in SET_PARTS.items() if axis and (p := cov.get(key))]
         if high:
             # The shift along the features' highest-variance axis: every cell below 93% is named.
             def where(p: dict) -> str:
