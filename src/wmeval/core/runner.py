@@ -17,9 +17,11 @@ def main(body: Callable[[], None]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         from wmeval.core.allocator import allocator_mode, prepare_memory
+        from wmeval.core.kernels import kernels_mode
         from wmeval.core.parallel import usable_cores
 
         allocator_mode()               # a bad $WMEVAL_MALLOC stops the stage here
+        kernels_mode()                 # ... and a bad $WMEVAL_KERNELS (the kernels are pinned by core/stage_process.py)
         prepare_memory()               # made on import by stages/*.py already (core/stage_process.py); idempotent
         usable_cores()                 # a bad $WMEVAL_JOBS stops the stage before any work, not at its first map
         body()

@@ -31,7 +31,8 @@ PACKAGES = ("torch", "numpy", "scipy", "pandas", "pyarrow", "lpips", "dvc", "hyd
 
 #: Environment variables that change thread counts or numerical determinism.
 DETERMINISM_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                   "CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED")
+                   "CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "WMEVAL_KERNELS", "OPENBLAS_CORETYPE",
+                   "NPY_DISABLE_CPU_FEATURES")
 
 #: ``(section, key)`` of every seed in params.yaml.
 SEEDS = (("protocol", "seed"), ("dynamics", "seed"), ("bootstrap", "seed"), ("scoring", "seed"))
@@ -233,6 +234,30 @@ def determinism() -> dict[str, Any]:
     else:
         out["torch_reason"] = TORCH_NOT_LOADED
     out["env"] = {k: os.environ.get(k) for k in DETERMINISM_ENV}
+    out["kernels"] = kernels_in_effect()
+    return out
+
+
+def kernels_in_effect() -> dict[str, Any]:
+    """The numerical kernels this process runs (:mod:`wmeval.core.kernels` pins them in the stages): each loaded
+    BLAS's kernel family (``threadpoolctl``; numpy's and scipy's OpenBLAS, ``Haswell`` when pinned) and numpy's
+    dispatch targets in use (its SIMD builds, ``X86_V3``, AVX2, when pinned on numpy 2.4)."""
+    out: dict[str, Any] = {"blas": None, "numpy_simd": None}
+    try:
+        from threadpoolctl import threadpool_info
+
+        out["blas"] = sorted({f"{i.get('internal_api')} {i.get('architecture')}" for i in threadpool_info()
+                              if i.get("user_api") == "blas"})
+    except Exception as e:                          # noqa: BLE001  a record, never a failure
+        out["blas_reason"] = f"threadpoolctl: {e}"
+    try:
+        try:
+            from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__       # numpy 2
+        except ImportError:
+            from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__        # numpy 1.x
+        out["numpy_simd"] = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    except ImportError as e:
+        out["numpy_simd_reason"] = str(e)
     return out
 
 
