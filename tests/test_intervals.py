@@ -104,6 +104,43 @@ def test_min_rank():
         want = rankdata(np.where(np.isnan(x), np.inf, x), method="min", axis=axis)
         np.testing.assert_array_equal(min_rank(x, axis=axis), want)
     np.testing.assert_array_equal(min_rank(np.array([np.nan, np.nan, 1.0])), [2, 2, 1])
+    # Values float64 arithmetic does not resolve tie (1 ulp apart); a real difference, infinities and NaN do not.
+    one = 1.0012803523
+    np.testing.assert_array_equal(min_rank(np.array([np.nextafter(one, 2.0), one, 2.0, np.inf, np.nan])),
+                                  [1, 1, 3, 4, 4])
+    np.testing.assert_array_equal(min_rank(np.array([1e300, np.inf, 1.0 + 1e-9, 1.0])), [3, 4, 2, 1])
+
+
+def test_a_model_without_an_interval_is_not_ranked_and_moves_no_other_rank():
+    """A model with one episode's ratio defined (blobs `mean`, event precision) has no replicates; ranked on its
+    point, it took rank 1 and every other model's rank fell outside its own interval (`stochastic` 2 [1-1])."""
+    key = {"world": "w", "metric": "event_precision", "unit": "observation", "regime": "open_loop"}
+    rng = np.random.default_rng(1)
+    reps = np.stack([np.full(400, 0.375), 0.28 + 0.01 * rng.standard_normal(400),
+                     0.13 + 0.01 * rng.standard_normal(400)], axis=1)
+    got = {r["source"]: r for r in summarize(key, ["mean", "stochastic", "reversed"], np.array([0.375, 0.28, 0.13]),
+                                             reps, np.array([1, 32, 32]), BOOT, base=None)}
+    assert np.isnan(got["mean"]["rank"]) and np.isnan(got["mean"]["low"])
+    assert (got["stochastic"]["rank"], got["stochastic"]["rank_low"], got["stochastic"]["rank_high"]) == (1, 1, 1)
+    assert (got["reversed"]["rank"], got["reversed"]["rank_low"], got["reversed"]["rank_high"]) == (2, 2, 2)
+
+
+def test_models_equal_up_to_rounding_tie_in_rank_p_better_and_p_tie():
+    """Two models equal in exact arithmetic come out 1 ulp apart. With their replicates exactly equal (summed in
+    another order than the points), the one behind by an ulp was ranked 2 with a rank interval of [1-1]; with every
+    replicate an ulp apart, it was 'separated': P(better) 1 and rank intervals [1-1] and [2-2]. They tie now."""
+    boot = BOOT
+    key = {"world": "w", "metric": "state_rmse", "unit": "state", "regime": "teacher_forced"}
+    a = 1.0 + np.random.default_rng(0).random(200)
+    for b in (a, np.nextafter(a, 0.0)):
+        reps = np.stack([a, b, a + 1.0], axis=1)
+        point = np.array([1.5, np.nextafter(1.5, 0.0), 2.5])
+        got = {r["source"]: r for r in summarize(key, ["a", "b", "c"], point, reps, np.array([32, 32, 32]), boot,
+                                                 base="a")}
+        assert got["a"]["rank"] == got["b"]["rank"] == 1 and got["c"]["rank"] == 3
+        assert all(r["rank_low"] <= r["rank"] <= r["rank_high"] for r in got.values())
+        assert (got["a"]["rank_high"], got["b"]["rank_high"]) == (1, 1)
+        assert got["b"]["p_better"] == 0.0 and got["b"]["p_tie"] == 1.0 and got["c"]["p_better"] == 0.0
 
 
 # 4. The bias-corrected FD's paired difference used the percentile interval of shifted replicates.

@@ -79,8 +79,23 @@ def _interval(reps: np.ndarray, level: float) -> tuple[float, float]:
             else float(np.quantile(ok, 1 - alpha)))
 
 
+#: Values this close, relative to the larger, tie in ranks, P(better) and P(tie): float64 arithmetic does not resolve
+#: them (a point and its replicates are summed in different orders; two models equal in exact arithmetic came out
+#: 2.2e-16 apart in one and equal in the other, and a model was ranked 2 with a rank interval of [1-1]).
+TIE_RTOL = 1e-12
+
+
+def near_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise: equal (infinities of one sign included), or finite and within :data:`TIE_RTOL` of each other."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= TIE_RTOL * np.maximum(np.abs(a), np.abs(b)))
+    return (a == b) | close
+
+
 def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst."""
+    """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst. Values within
+    :data:`TIE_RTOL` of the one before them in sorted order tie with it (:func:`near_equal`)."""
     bad = np.moveaxis(np.where(np.isnan(badness), np.inf, np.asarray(badness, dtype=np.float64)), axis, -1)
     # scipy.stats.rankdata(method="min") (tested against it) without importing scipy.stats (about 0.5 s per stage):
     # in each sorted row, a value's rank is the position of its first occurrence.
@@ -88,7 +103,7 @@ def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
     s = np.take_along_axis(bad, order, axis=-1)
     pos = np.broadcast_to(np.arange(s.shape[-1]), s.shape)
     new = np.ones(s.shape, dtype=bool)
-    new[..., 1:] = s[..., 1:] != s[..., :-1]                        # inf == inf: NaNs tie as the worst
+    new[..., 1:] = ~near_equal(s[..., 1:], s[..., :-1])             # inf == inf: NaNs tie as the worst
     first = np.maximum.accumulate(np.where(new, pos, 0), axis=-1)
     ranks = np.empty(s.shape)
     np.put_along_axis(ranks, order, first + 1.0, axis=-1)
@@ -98,13 +113,14 @@ def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
 def _paired(info, point: np.ndarray, reps: np.ndarray, b: int, level: float) -> tuple[np.ndarray, ...]:
     """Paired difference to source ``b`` (point and percentile interval of the difference replicates),
     P(better) and P(tie): the shares of replicates in which a source is strictly better than ``b``,
-    and exactly as good (identical models tie in every replicate)."""
+    and as good (identical models tie in every replicate; values within :data:`TIE_RTOL` tie)."""
     S = len(point)
     diff, p_better, p_tie = np.full((3, S), np.nan), np.full(S, np.nan), np.full(S, np.nan)
     with np.errstate(invalid="ignore"):
         d_reps = reps - reps[:, [b]]
         bad, bad_b = info.badness(reps), info.badness(reps[:, [b]])
-        better, tie = bad < bad_b, bad == bad_b
+        tie = near_equal(bad, bad_b)
+        better = (bad < bad_b) & ~tie
     for j in range(S):
         ok = np.isfinite(d_reps[:, j])
         if ok.any() and np.isfinite(point[j]) and np.isfinite(point[b]):
@@ -122,7 +138,7 @@ def summarize(key: dict, sources: list[str], point: np.ndarray, reps: np.ndarray
     ``interval="basic"`` reflects the replicates around the point (``2 point - reps``) before
     everything else, so that the level, the paired difference, P(better) and the ranks all use the
     basic interval: the interval of a bias-corrected estimate. Ranks are taken per replicate with
-    ties sharing the minimum rank. A source with fewer than 2 clusters has no interval (NaN).
+    ties sharing the minimum rank. A source with fewer than 2 clusters has no interval and no rank (NaN).
     """
     info = REGISTRY[key["metric"]]
     level = boot.confidence_level
@@ -141,9 +157,11 @@ def summarize(key: dict, sources: list[str], point: np.ndarray, reps: np.ndarray
         np.full(len(sources), np.nan)
     if base in sources and info.ranked:
         diff, p_better, p_tie = _paired(info, point, reps, sources.index(base), level)
-    # Rank among the models (ground truth excluded) in every replicate: 1 is best, ties share the minimum.
+    # Rank among the models (ground truth excluded) in every replicate: 1 is best, ties share the minimum. A model
+    # with fewer than 2 clusters has no replicates and is not ranked: ranked on its point alone, it pushed every
+    # model behind it down a place its rank interval never showed (rank 2, interval [1-1]).
     rank = np.full((3, len(sources)), np.nan)
-    models = [j for j, s in enumerate(sources) if s != "ground_truth"]
+    models = [j for j, s in enumerate(sources) if s != "ground_truth" and not one[j]]
     if info.ranked and len(models) > 1:
         r = min_rank(np.asarray(info.badness(reps[:, models]), dtype=np.float64), axis=1)
         pr = min_rank(np.asarray(info.badness(point[models]), dtype=np.float64))
