@@ -279,6 +279,8 @@ def test_scorecard_html_renders_offline_in_chromium(project, tmp_path):
     # The first screen answers "which model is best at what, and how sure".
     first = out["first_screen_text"]
     assert "At a glance" in first and "which model is best at what" in first and "separated" in first
+    # ... and how far its intervals can be trusted: the coverage benchmark's table and the cells beyond chance.
+    assert "Interval validation" in first and "power" in first and "by more than chance" in first
     # Every metric cell carries its interval (or says why there is no number).
     page = html.read_text()
     cells = re.findall(r'<td class="num[^"]*">(.*?)</td>', page)

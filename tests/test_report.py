@@ -158,14 +158,32 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     """The intro sentence is built from benchmarks/results/coverage.json's numbers."""
     import json
 
-    from wmeval.report.scorecard import coverage_note
+    from wmeval.report.scorecard import _chance_cells, beyond_chance, coverage_glance, coverage_note
 
     cov = json.loads((root / "benchmarks" / "results" / "coverage.json").read_text())
     text = coverage_note(cov)
     assert f"{cov['cluster']['coverage']:.1%}" in text and f"{cov['iid_frames']['coverage']:.1%}" in text
-    assert f"{cov['frechet']['basic_coverage']:.1%}" in text and "benchmarks/coverage.py" in text
+    assert f"{cov['frechet']['basic_coverage']:.1%}" in text
     for cell in cov["sets"]["cells"]:
         assert f"{cell['design']} {cell['truth']}: {cell['coverage']:.1%}" in text
+    # The first screen: the default design's cells as a table (one row per truth and sides, a column per metric),
+    # each with its power or false-positive rate, then the cells of every part outside 93-97% beyond chance.
+    lead, table, tail = coverage_glance(cov)
+    assert "benchmarks/coverage.py" in lead and f"{cov['cluster']['coverage']:.1%}" in lead
+    assert table.header == ["truth", "sides", "KID", "bias-corrected FD"] and len(table.rows) == 6
+    rows = {(r[0].split(" ")[0 if r[0].startswith("0") else 1], r[1]): r for r in table.rows}
+    shift = cov["sets"]["shift"]
+    truth_key = {"zero": "0", "shift": f"{shift:g}", "large shift": f"{3 * shift:g}"}
+    for cell in cov["sets"]["cells"]:
+        row = rows[(truth_key[cell["truth"]], cell["design"])]
+        shown = row[table.header.index("KID" if cell["metric"] == "kid" else "bias-corrected FD")]
+        rate = (f"(power {cell['power']:.0%})" if "power" in cell
+                else f"(false positives {cell['false_positive_rate']:.1%})")
+        assert shown == f"{cell['coverage']:.1%} {rate}", (cell, shown)
+    narrow_, wide_ = beyond_chance(cov)
+    assert f"Of the {len(_chance_cells(cov))} cells of every part" in tail
+    assert all(n in tail for n in narrow_) and f"too wide (conservative): {len(wide_)} cell" in tail
+    assert coverage_glance(None) == ("", None, "")
     # The other parts in brief: each metric's range of coverage.
     more = cov["sets_more_episodes"]
     fd = [c["coverage"] for c in more["cells"] if c["metric"] == "fd_bias_corrected"]
@@ -209,7 +227,7 @@ def test_cells_outside_93_97_beyond_chance_are_named():
     """beyond_chance flags a cell only when its coverage lies more than 1.96 binomial standard errors past the
     nearer end of 93-97%, the error at that end with the intervals given; the high-axis parts' truth-0 cells (the
     lowest-axis parts' data sets again) and mostly withheld cells are left out; the scorecard's note names them."""
-    from wmeval.report.scorecard import beyond_chance, coverage_note
+    from wmeval.report.scorecard import beyond_chance, coverage_glance, coverage_note
 
     def cell(metric, truth, design, p, held=0.0):
         return {"metric": metric, "truth": truth, "design": design, "coverage": p, "withheld": held,
@@ -236,9 +254,16 @@ def test_cells_outside_93_97_beyond_chance_are_named():
     text = coverage_note(full)
     assert ("Outside 93-97% by more than chance (over 1.96 standard errors past the nearer end): too narrow: KID "
             "paired large shift 89.0% (32 episodes, d = 4), KID unpaired shift 90.0% (64 episodes, d = 4, highest "
-            "axis); too wide (conservative): 1 cell.") in text
+            "axis); too wide (conservative): bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4).") in text
+    # The first screen names the too-narrow cells and counts the too-wide; 7 cells tested (the mostly withheld
+    # one and the high-axis truth-0 one left out).
+    _, _, tail = coverage_glance(full)
+    assert tail.startswith("Of the 7 cells of every part") and tail.endswith(
+        "too narrow: KID paired large shift 89.0% (32 episodes, d = 4), KID unpaired shift 90.0% (64 episodes, d = 4, "
+        "highest axis); too wide (conservative): 1 cell.")
     inside = {**full, "sets": {**sets, "cells": sets["cells"][:1]}, "sets_more_episodes_high_axis": None}
     assert "by more than chance" not in coverage_note(inside)
+    assert coverage_glance(inside)[2].endswith("none too narrow; none too wide.")
 
 
 def test_a_point_outside_its_interval_is_flagged():

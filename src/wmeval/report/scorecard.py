@@ -439,15 +439,26 @@ SET_PARTS = {"sets": "", "sets_more_episodes": "", "sets_mid": "", "sets_wide": 
              "sets_mid_high_axis": "highest axis"}
 
 
-def beyond_chance(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: float = 1.959964
-                  ) -> tuple[list[str], list[str]]:
-    """The set-level cells whose coverage lies outside ``[low, high]`` by more than sampling noise: more than ``z``
-    binomial standard errors past the nearer end, the error taken at that end with the cell's intervals given (data
-    sets less those the bias check withheld; cells with over half withheld are left out). Exact 95% intervals would
-    land outside 93-97% in 5.0% of 400-data-set cells by chance alone (exact binomial; 25.8% at 150); this names
-    the ones chance does not explain. Returns ``(too narrow, too wide)``, each cell as "KID paired shift 89.2%
-    (32 episodes, d = 4)"."""
-    narrow, wide = [], []
+def _metric_name(metric: str) -> str:
+    return "KID" if metric == "kid" else "bias-corrected FD"
+
+
+def _cell_result(c: dict, datasets: int) -> str:
+    """A set-level cell's coverage with its power (or, at a true 0, false-positive rate), or what was withheld."""
+    held = c.get("withheld") or 0.0
+    if held >= 1.0:
+        return "no interval (the bias check withheld all)"
+    text = (f"{c['coverage']:.1%}" + (f" (power {c['power']:.0%})" if "power" in c else
+                                      f" (false positives {c['false_positive_rate']:.1%})"))
+    if held > 0:
+        return f"{held:.1%} withheld by the bias check, the {round((1 - held) * datasets)} given covered {text}"
+    return text
+
+
+def _chance_cells(cov: dict[str, Any]) -> list[tuple[str, float, int]]:
+    """The set-level cells :func:`beyond_chance` tests: ``(name, coverage, intervals given)``. Left out: the
+    high-axis parts' truth-0 cells (their lowest-axis part's data sets again) and cells over half withheld."""
+    out = []
     sets = cov.get("sets") or {}
     for key, axis in SET_PARTS.items():
         part = cov.get(key)
@@ -459,26 +470,88 @@ def beyond_chance(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z:
             held, p = c.get("withheld") or 0.0, c.get("coverage")
             if (axis and c["truth"] == "zero") or held > 0.5 or p is None or not np.isfinite(p):
                 continue
-            n = round((1.0 - held) * part["datasets"])
-            name = (f"{'KID' if c['metric'] == 'kid' else 'bias-corrected FD'} {c['design']} {c['truth']} "
-                    f"{p:.1%} ({place})")
-            if p < low and (p - low) / np.sqrt(low * (1 - low) / n) < -z:
-                narrow.append(name)
-            elif p > high and (p - high) / np.sqrt(high * (1 - high) / n) > z:
-                wide.append(name)
+            name = f"{_metric_name(c['metric'])} {c['design']} {c['truth']} {p:.1%} ({place})"
+            out.append((name, p, round((1.0 - held) * part["datasets"])))
+    return out
+
+
+def beyond_chance(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: float = 1.959964
+                  ) -> tuple[list[str], list[str]]:
+    """The set-level cells whose coverage lies outside ``[low, high]`` by more than sampling noise: more than ``z``
+    binomial standard errors past the nearer end, the error taken at that end with the cell's intervals given (data
+    sets less those the bias check withheld; cells with over half withheld are left out). Exact 95% intervals would
+    land outside 93-97% in 5.0% of 400-data-set cells by chance alone (exact binomial; 25.8% at 150); this names
+    the ones chance does not explain. Returns ``(too narrow, too wide)``, each cell as "KID paired shift 89.2%
+    (32 episodes, d = 4)"."""
+    narrow, wide = [], []
+    for name, p, n in _chance_cells(cov):
+        if p < low and (p - low) / np.sqrt(low * (1 - low) / n) < -z:
+            narrow.append(name)
+        elif p > high and (p - high) / np.sqrt(high * (1 - high) / n) > z:
+            wide.append(name)
     return narrow, wide
 
 
+def coverage_table(cov: dict[str, Any] | None) -> Table | None:
+    """The set-level cells at the default design (coverage.json's ``sets``: d = 4, 32 episodes, the shift along the
+    lowest-variance axis): per truth and sides, each metric's coverage with its power or false-positive rate."""
+    sets = (cov or {}).get("sets")
+    if not sets:
+        return None
+    shift = sets.get("shift")
+    truth_label = {"zero": "0 (the same distribution)",
+                   "shift": f"shift {shift:g} (lowest-variance axis)" if shift is not None else "shift",
+                   "large shift": f"shift {3 * shift:g}" if shift is not None else "large shift"}
+    metrics = [m for m in ("kid", "fd_bias_corrected") if any(c["metric"] == m for c in sets["cells"])]
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in sets["cells"]:
+        rows.setdefault((c["truth"], c["design"]), {})[c["metric"]] = _cell_result(c, sets.get("datasets", 0))
+    return Table(["truth", "sides"] + [_metric_name(m) for m in metrics],
+                 [[truth_label.get(t, t), d] + [r.get(m, "") for m in metrics] for (t, d), r in rows.items()])
+
+
+def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]:
+    """The first screen's account of the interval-coverage benchmark (``benchmarks/results/coverage.json``): a lead
+    sentence, the default design's cells (:func:`coverage_table`), and a sentence on every cell of every part,
+    those outside 93-97% by more than chance (:func:`beyond_chance`): the too-narrow named, the too-wide counted.
+    The rest is :func:`coverage_note`, in the scorecard's "Interval validation" section."""
+    if not cov:
+        return "", None, ""
+    c, i = cov["cluster"], cov["iid_frames"]
+    sets = cov.get("sets")
+    lead = (f"Interval validation (`python benchmarks/coverage.py`, synthetic data with a closed-form truth; every "
+            "cell under Interval validation below): nominal-"
+            f"{cov['confidence_level']:.0%} episode-clustered intervals of a mean covered {c['coverage']:.1%} "
+            f"(SE {c['coverage_se']:.1%}; frame-level iid intervals {i['coverage']:.1%}).")
+    if not sets:
+        return lead, None, ""
+    lead += (f" The set-level intervals behind the distributional headlines ({sets['datasets']} data sets of "
+             f"{sets['episodes']} episodes x {sets['frames_per_episode']} rows, d = {sets['dim']}, rho = "
+             f"{sets['rho']}) covered the true KID and FD (in brackets: the share of intervals entirely above 0, "
+             "power against a shift, false positives at a true 0):")
+    tested = _chance_cells(cov)
+    narrow_, wide_ = beyond_chance(cov)
+    tail = (f"Of the {len(tested)} cells of every part (32 and 64 episodes, d = 4, 16 and 64, the shift along the "
+            "lowest- and the highest-variance axis), outside 93-97% by more than chance (over 1.96 binomial "
+            "standard errors past the nearer end): "
+            + ("; ".join(part for part in (
+                f"too narrow: {', '.join(narrow_)}" if narrow_ else "none too narrow",
+                f"too wide (conservative): {len(wide_)} cell{'s' * (len(wide_) != 1)}" if wide_ else "none too wide")))
+            + ".")
+    return lead, coverage_table(cov), tail
+
+
 def coverage_note(cov: dict[str, Any] | None) -> str:
-    """One sentence citing the interval-coverage benchmark (``benchmarks/results/coverage.json``)."""
+    """The interval-coverage benchmark (``benchmarks/results/coverage.json``) beyond what the first screen shows
+    (:func:`coverage_glance`): the Frechet distance's plug-in intervals, the set-level intervals' methods, each
+    other part's coverage in brief, every cell below 93% and every cell outside 93-97% beyond chance."""
     if not cov:
         return ""
-    c, i, f = cov["cluster"], cov["iid_frames"], cov.get("frechet")
-    text = (f"Interval validation (`python benchmarks/coverage.py`: {cov['datasets']} synthetic data sets of "
-            f"{cov['episodes']} episodes x {cov['frames_per_episode']} frames, intra-episode correlation "
-            f"rho = {cov['rho']}): nominal-{cov['confidence_level']:.0%} episode-clustered intervals covered the "
-            f"true mean {c['coverage']:.1%} of the time (SE {c['coverage_se']:.1%}); frame-level iid intervals "
-            f"{i['coverage']:.1%}.")
+    f = cov.get("frechet")
+    text = (f"Means: {cov['datasets']} synthetic data sets of {cov['episodes']} episodes x "
+            f"{cov['frames_per_episode']} frames, intra-episode correlation rho = {cov['rho']}; the episode-clustered "
+            f"interval covered {cov['cluster']['coverage']:.1%}, the frame-level iid one "
+            f"{cov['iid_frames']['coverage']:.1%}.")
     if f:
         text += (f" For the Frechet distance on Gaussian features (d = {f['dim']}, closed-form truth), the "
                  f"plug-in percentile interval covered {f['percentile_coverage']:.1%} (the plug-in bias is "
@@ -486,23 +559,11 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                  f"bias-corrected FD {f['basic_coverage']:.1%}.")
     sets = cov.get("sets")
     if sets:
-        def one(c: dict, datasets: int) -> str:
-            held = c.get("withheld") or 0.0
-            if held >= 1.0:
-                return f"{c['design']} {c['truth']}: no interval (the bias check withheld all)"
-            text = (f"{c['coverage']:.1%}" + (f" (power {c['power']:.0%})" if "power" in c else
-                                              f" (false positives {c['false_positive_rate']:.1%})"))
-            if held > 0:
-                return (f"{c['design']} {c['truth']}: {held:.1%} withheld by the bias check, the "
-                        f"{round((1 - held) * datasets)} given covered {text}")
-            return f"{c['design']} {c['truth']}: {text}"
-
         def cells(metric: str, tab: dict) -> str:
-            return "; ".join(one(c, tab.get("datasets", 0)) for c in tab["cells"] if c["metric"] == metric)
-        text += (f" The set-level intervals behind the distributional headlines, on episode-clustered Gaussian "
-                 f"features ({sets['datasets']} data sets of {sets['episodes']} episodes x "
-                 f"{sets['frames_per_episode']} rows, d = {sets['dim']}, rho = {sets['rho']}, closed-form truth): "
-                 f"the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
+            return "; ".join(f"{c['design']} {c['truth']}: {_cell_result(c, tab.get('datasets', 0))}"
+                             for c in tab["cells"] if c["metric"] == metric)
+        text += (f" The set-level intervals at {sets['episodes']} episodes, d = {sets['dim']} (the first screen's "
+                 f"table): the jackknife bias-corrected FD covered {cells('fd_bias_corrected', sets)}; KID covered "
                  f"{cells('kid', sets)}. The bias-corrected FD carries the boundary interval: a test inverted "
                  "for each candidate value, whose linear term shrinks to 0 at a true 0 (where it admits a positive "
                  "distance, its upper end at least the percentile interval's; where its replicates are in their linear "
@@ -549,11 +610,11 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                          f"{spans('fd_bias_corrected', p)}" for p in high) + "."
                      + (" Below 93%: " + "; ".join(below) + "." if below else ""))
         narrow_, wide_ = beyond_chance(cov)
-        if narrow_ or wide_:       # the too-narrow cells named (the harmful side), the too-wide counted (README)
+        if narrow_ or wide_:       # every cell named here; the first screen counts the too-wide ones
             text += (" Outside 93-97% by more than chance (over 1.96 standard errors past the nearer end): "
                      + "; ".join(part for part in (
                          f"too narrow: {', '.join(narrow_)}" if narrow_ else "",
-                         f"too wide (conservative): {len(wide_)} cell{'s' * (len(wide_) != 1)}" if wide_ else "")
+                         f"too wide (conservative): {', '.join(wide_)}" if wide_ else "")
                          if part) + ".")
         if cov.get("sets_wide"):
             text += (" With fewer independent rows than dimensions the FD's bias is not a 1/N term the jackknife "
@@ -578,10 +639,21 @@ def _front_matter(doc: Doc, protocol: dict[str, Any], provenance: dict[str, Any]
           "scored by the same code: a reference, not a competitor."
           + (f" Code: commit `{str(commit.get('commit'))[:12]}`{' (dirty)' if commit.get('dirty') else ''}."
              if commit.get("commit") else ""))
-    doc.p(coverage_note(coverage))
+    lead, table, tail = coverage_glance(coverage)
+    doc.p(lead)
+    doc.table(table)
+    doc.p(tail)
     doc.html("<nav>" + "".join(f'<a href="#{slug(w)}">{esc(w)}</a>' for w in protocol["worlds"])
+             + ('<a href="#interval-validation">interval validation</a>' if coverage else "")
              + '<a href="#metrics">metrics</a><a href="#protocol-cards">protocol cards</a>'
                '<a href="#provenance">provenance</a></nav>')
+
+
+def _validation_section(doc: Doc, coverage: dict[str, Any] | None) -> None:
+    """Every figure of the interval-coverage benchmark that the first screen leaves out (:func:`coverage_note`)."""
+    if coverage:
+        doc.h(2, "Interval validation")
+        doc.p(coverage_note(coverage))
 
 
 def _glance_section(doc: Doc, intervals: pd.DataFrame, protocol: dict[str, Any]) -> dict[str, tuple]:
@@ -647,6 +719,7 @@ def build(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFram
         _world_sections(doc, world, wp, protocol, iv, cols, probe_t, calibrated, curves, kcurves, points,
                         with_figures)
     human_section(doc, human)
+    _validation_section(doc, coverage)
     _metrics_section(doc, protocol["encoder"])
     _cards_section(doc, cards)
     _provenance_section(doc, provenance)
