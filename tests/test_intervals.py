@@ -111,6 +111,17 @@ def test_min_rank():
     np.testing.assert_array_equal(min_rank(np.array([1e300, np.inf, 1.0 + 1e-9, 1.0])), [3, 4, 2, 1])
 
 
+def test_near_its_target_a_metric_ties_values_float64_does_not_resolve():
+    """Action sensitivity (best at 1) ranks by |log(v)|, which is near 0 close to 1: two values 5e-14 apart there
+    differ by a third of their badness, and tie only through the metric's tolerance in log space (tie_atol)."""
+    key = {"world": "w", "metric": "action_sensitivity", "unit": "state", "regime": "open_loop"}
+    a = 1.0 + 1e-13
+    reps = np.stack([np.full(50, a), np.full(50, a + 5e-14), np.full(50, 1.1)], axis=1)
+    got = {r["source"]: r for r in summarize(key, ["a", "b", "c"], np.array([a, a + 5e-14, 1.1]), reps,
+                                             np.array([32, 32, 32]), BOOT, base="a")}
+    assert [got[s]["rank"] for s in "abc"] == [1, 1, 3] and (got["b"]["rank_high"], got["b"]["p_tie"]) == (1, 1.0)
+
+
 def test_a_model_without_an_interval_is_not_ranked_and_moves_no_other_rank():
     """A model with one episode's ratio defined (blobs `mean`, event precision) has no replicates; ranked on its
     point, it took rank 1 and every other model's rank fell outside its own interval (`stochastic` 2 [1-1])."""

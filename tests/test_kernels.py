@@ -79,3 +79,17 @@ def test_every_stage_script_pins_before_numpy_loads():
     code = "import sys, wmeval.core.stage_process; print(sorted({'numpy', 'scipy'} & set(sys.modules)))"
     r = subprocess.run([sys.executable, "-c", code], env=_SCRUBBED, capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]", r.stdout
+
+
+@needs_avx2
+def test_numpys_own_feature_switch_and_warnings_as_errors_keep_a_stage_loading():
+    """numpy refuses to load with both NPY_ENABLE_CPU_FEATURES and NPY_DISABLE_CPU_FEATURES set: where you set the
+    first, numpy is not pinned. Target names a numpy does not dispatch (the pre-2.4 names on numpy 2.4) make it warn
+    (ImportWarning), which the pin filters: under -W error the import would fail."""
+    out = _stage(NPY_ENABLE_CPU_FEATURES="X86_V3")
+    assert out["env"][0] == "Haswell" and out["env"][1] is None, out
+    code = ("import wmeval.core.kernels as k\n"
+            "k.NUMPY_AVX512 = {(1, 22): 'AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR'}\n"
+            "print(k.pin_kernels())\nimport numpy\nprint('loaded')")
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], env=_SCRUBBED, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.split("\n")[1] == "loaded", r.stderr

@@ -181,7 +181,10 @@ def test_scorecard_cites_the_coverage_benchmark(root):
                 else f"(false positives {cell['false_positive_rate']:.1%})")
         assert shown == f"{cell['coverage']:.1%} {rate}", (cell, shown)
     narrow_, wide_ = beyond_chance(cov)
-    assert f"Of the {len(_chance_cells(cov))} cells of every part" in tail
+    parts = [k for k in ("sets", "sets_more_episodes", "sets_mid", "sets_wide", "sets_high_axis",
+                         "sets_more_episodes_high_axis", "sets_mid_high_axis") if cov.get(k)]
+    assert tail.startswith(f"Of {len(_chance_cells(cov))} cells tested "
+                           f"({sum(len(cov[k]['cells']) for k in parts)} in {len(parts)} parts: 32 and 64 episodes")
     assert all(n in tail for n in narrow_) and f"too wide (conservative): {len(wide_)} cell" in tail
     assert coverage_glance(None) == ("", None, "")
     # The other parts in brief: each metric's range of coverage.
@@ -258,7 +261,8 @@ def test_cells_outside_93_97_beyond_chance_are_named():
     # The first screen names the too-narrow cells and counts the too-wide; 7 cells tested (the mostly withheld
     # one and the high-axis truth-0 one left out).
     _, _, tail = coverage_glance(full)
-    assert tail.startswith("Of the 7 cells of every part") and tail.endswith(
+    assert tail.startswith("Of 7 cells tested (9 in 3 parts: 32 and 64 episodes, d = 4, 64, the shift along the "
+                           "lowest- and the highest-variance axis;") and tail.endswith(
         "too narrow: KID paired large shift 89.0% (32 episodes, d = 4), KID unpaired shift 90.0% (64 episodes, d = 4, "
         "highest axis); too wide (conservative): 1 cell.")
     inside = {**full, "sets": {**sets, "cells": sets["cells"][:1]}, "sets_more_episodes_high_axis": None}
@@ -286,6 +290,20 @@ def test_ranking_marks_first_last_and_changes():
     assert t.rows[0] == ["`a` (rank changes)", "1 [1–1]", "2 [2–2]"]
     assert t.classes[0][1] == "num rk1" and t.classes[0][2] == "num rklast changed"     # last of 2 ranked
     assert t.classes[2][1] == "num rklast" and t.rows[2][2] == "–"
+
+
+def test_the_ranking_leaves_out_a_model_without_an_interval_and_ties_what_float64_does_not_resolve():
+    """As the bootstrap stage ranks (wmeval.bootstrap.intervals.summarize): a model with one episode (no interval)
+    is not ranked, and points an ulp apart tie; otherwise a rank falls outside its own interval (`b` 2 [1-1])."""
+    from wmeval.report.scorecard import ranking
+
+    cols = [("pixel", "pixel_mse", "teacher_forced", "all")]
+    iv = _rows({"a": 0.5, "b": 1.0, "c": 2.0}, [(np.nan, np.nan, np.nan), (1, 1, 1), (2, 2, 2)])
+    iv.loc[iv.source == "a", "n_clusters"] = 1
+    t = ranking(iv, ["a", "b", "c"], cols)
+    assert [r[1] for r in t.rows] == ["–", "1 [1–1]", "2 [2–2]"]
+    iv = _rows({"a": 1.0, "b": np.nextafter(1.0, 2.0), "c": 2.0}, [(1, 1, 1), (1, 1, 1), (3, 3, 3)])
+    assert [r[1] for r in ranking(iv, ["a", "b", "c"], cols).rows] == ["1 [1–1]", "1 [1–1]", "3 [3–3]"]
 
 
 def test_deferred_figures_are_drawn_side_by_side_into_the_same_bytes(monkeypatch):

@@ -314,3 +314,19 @@ def test_a_withheld_interval_claims_neither_a_move_nor_noise():
     assert other.flips_within_noise == [False]
     _, md = render_sweep(df, pcols, [])
     assert "protocol.num_samples=1 | other vs pixel | 3 | 0.3333 | a vs b (no interval) |" in md
+
+
+def test_a_pair_an_ulp_apart_under_one_encoder_is_not_a_flip():
+    """Models float64 does not tell apart under one encoder tie there (wmeval.metrics.registry.near_equal): their
+    order under the other encoder is no flip."""
+    df, pcols, _ = collect(_show(_grid()))
+    setting = (df["protocol.n_episodes"] == 4) & (df["protocol.num_samples"] == 1) & (df.metric == "fd")
+    pix = setting & (df["encoder.name"] == "pixel")
+    other = setting & (df["encoder.name"] != "pixel")
+    pa_, pb_ = (float(df.loc[other & (df.source == s), "point"].iloc[0]) for s in "ab")
+    a = float(df.loc[pix & (df.source == "a"), "point"].iloc[0])
+    # b an ulp from a under pixel, on the side opposite to the other encoder's order: a flip by sign alone
+    df.loc[pix & (df.source == "b"), "point"] = np.nextafter(a, -np.inf if pb_ > pa_ else np.inf)
+    es, _ = encoder_sensitivity(df, pcols)
+    row = es[(es["protocol.n_episodes"] == 4) & (es["protocol.num_samples"] == 1)].iloc[0]
+    assert row.flipped_pairs == [], row.flipped_pairs

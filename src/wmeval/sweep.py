@@ -33,6 +33,7 @@ import pandas as pd
 
 from wmeval.core.errors import WmevalError
 from wmeval.metrics import REGISTRY
+from wmeval.metrics.registry import near_equal
 from wmeval.rendering.document import Doc, Table, flatten, inline, to_html, to_markdown
 from wmeval.rendering.htmlpage import figure_svg, new_figure
 from wmeval.tables import atomic_write_text
@@ -304,8 +305,13 @@ def encoder_sensitivity(df: pd.DataFrame, pcols: list[str]) -> tuple[pd.DataFram
                 continue
             tau = kendalltau(ba, bb).statistic if len(set(ba)) > 1 and len(set(bb)) > 1 else float("nan")
             flips, noise = [], []
+            atol = REGISTRY[rec0["metric"]].tie_atol
+
+            def order(x, y):               # values float64 does not resolve tie: no flip (registry.near_equal)
+                return 0.0 if near_equal(x, y, atol) else float(np.sign(x - y))
+
             for i, j in combinations(range(len(models)), 2):
-                if np.sign(ba[i] - ba[j]) * np.sign(bb[i] - bb[j]) < 0:
+                if order(ba[i], ba[j]) * order(bb[i], bb[j]) < 0:
                     mi, mj = models[i], models[j]
 
                     def overlap(T):

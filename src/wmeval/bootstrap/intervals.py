@@ -48,6 +48,7 @@ from wmeval.estimators.resample import (
     resample_counts,
 )
 from wmeval.metrics import REGISTRY, psnr_from_mse
+from wmeval.metrics.registry import TIE_RTOL, near_equal  # noqa: F401  TIE_RTOL: re-exported
 from wmeval.tables import KEY_COLUMNS as KEYS
 from wmeval.tables import (
     atomic_dir,
@@ -79,23 +80,10 @@ def _interval(reps: np.ndarray, level: float) -> tuple[float, float]:
             else float(np.quantile(ok, 1 - alpha)))
 
 
-#: Values this close, relative to the larger, tie in ranks, P(better) and P(tie): float64 arithmetic does not resolve
-#: them (a point and its replicates are summed in different orders; two models equal in exact arithmetic came out
-#: 2.2e-16 apart in one and equal in the other, and a model was ranked 2 with a rank interval of [1-1]).
-TIE_RTOL = 1e-12
-
-
-def near_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise: equal (infinities of one sign included), or finite and within :data:`TIE_RTOL` of each other."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= TIE_RTOL * np.maximum(np.abs(a), np.abs(b)))
-    return (a == b) | close
-
-
-def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst. Values within
-    :data:`TIE_RTOL` of the one before them in sorted order tie with it (:func:`near_equal`)."""
+def min_rank(badness: np.ndarray, axis: int = -1, atol: float = 0.0) -> np.ndarray:
+    """Ranks (1 = best, lowest badness) with ties sharing the minimum rank; NaN counts as worst. A value within
+    :data:`~wmeval.metrics.registry.TIE_RTOL` (relative) or ``atol`` of the one before it in sorted order ties with it
+    (:func:`~wmeval.metrics.registry.near_equal`)."""
     bad = np.moveaxis(np.where(np.isnan(badness), np.inf, np.asarray(badness, dtype=np.float64)), axis, -1)
     # scipy.stats.rankdata(method="min") (tested against it) without importing scipy.stats (about 0.5 s per stage):
     # in each sorted row, a value's rank is the position of its first occurrence.
@@ -103,7 +91,7 @@ def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
     s = np.take_along_axis(bad, order, axis=-1)
     pos = np.broadcast_to(np.arange(s.shape[-1]), s.shape)
     new = np.ones(s.shape, dtype=bool)
-    new[..., 1:] = ~near_equal(s[..., 1:], s[..., :-1])             # inf == inf: NaNs tie as the worst
+    new[..., 1:] = ~near_equal(s[..., 1:], s[..., :-1], atol)       # inf == inf: NaNs tie as the worst
     first = np.maximum.accumulate(np.where(new, pos, 0), axis=-1)
     ranks = np.empty(s.shape)
     np.put_along_axis(ranks, order, first + 1.0, axis=-1)
@@ -113,13 +101,14 @@ def min_rank(badness: np.ndarray, axis: int = -1) -> np.ndarray:
 def _paired(info, point: np.ndarray, reps: np.ndarray, b: int, level: float) -> tuple[np.ndarray, ...]:
     """Paired difference to source ``b`` (point and percentile interval of the difference replicates),
     P(better) and P(tie): the shares of replicates in which a source is strictly better than ``b``,
-    and as good (identical models tie in every replicate; values within :data:`TIE_RTOL` tie)."""
+    and as good (identical models tie in every replicate; so do values float64 does not resolve,
+    :func:`~wmeval.metrics.registry.near_equal`)."""
     S = len(point)
     diff, p_better, p_tie = np.full((3, S), np.nan), np.full(S, np.nan), np.full(S, np.nan)
     with np.errstate(invalid="ignore"):
         d_reps = reps - reps[:, [b]]
         bad, bad_b = info.badness(reps), info.badness(reps[:, [b]])
-        tie = near_equal(bad, bad_b)
+        tie = near_equal(bad, bad_b, info.tie_atol)
         better = (bad < bad_b) & ~tie
     for j in range(S):
         ok = np.isfinite(d_reps[:, j])
@@ -163,8 +152,8 @@ def summarize(key: dict, sources: list[str], point: np.ndarray, reps: np.ndarray
     rank = np.full((3, len(sources)), np.nan)
     models = [j for j, s in enumerate(sources) if s != "ground_truth" and not one[j]]
     if info.ranked and len(models) > 1:
-        r = min_rank(np.asarray(info.badness(reps[:, models]), dtype=np.float64), axis=1)
-        pr = min_rank(np.asarray(info.badness(point[models]), dtype=np.float64))
+        r = min_rank(np.asarray(info.badness(reps[:, models]), dtype=np.float64), axis=1, atol=info.tie_atol)
+        pr = min_rank(np.asarray(info.badness(point[models]), dtype=np.float64), atol=info.tie_atol)
         for i, j in enumerate(models):
             rank[0, j] = pr[i]
             if not one[j]:

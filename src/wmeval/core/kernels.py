@@ -29,11 +29,14 @@ import sys
 KERNELS_ENV = "WMEVAL_KERNELS"
 #: OpenBLAS's kernel choice (read when the library loads) and the kernel pinned.
 OPENBLAS_ENV, OPENBLAS_CORE = "OPENBLAS_CORETYPE", "Haswell"
-#: numpy's dispatch targets to switch off (read when numpy loads): its AVX-512 targets, named as numpy 2.4 and later
-#: name them and as numpy 1.22-2.3 did. numpy skips a name it does not dispatch (an ImportWarning, hidden by default).
+#: numpy's dispatch targets to switch off (read when numpy loads): its AVX-512 targets, as numpy 2.4 and later name
+#: them (x86-64-v4 and above) and as numpy 1.22-2.3 did. numpy skips a target its build does not dispatch, with an
+#: ImportWarning (which :func:`pin_kernels` filters, so that ``-W error`` does not turn it into a failed import).
 NUMPY_ENV = "NPY_DISABLE_CPU_FEATURES"
-NUMPY_AVX512 = ("X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX "
-                "AVX512_CNL")
+NUMPY_AVX512 = {(2, 4): "X86_V4 AVX512_ICL AVX512_SPR",
+                (1, 22): "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
+#: numpy refuses to load with both this and ``NPY_DISABLE_CPU_FEATURES`` set: where you set it, numpy is not pinned.
+NUMPY_ENABLE_ENV = "NPY_ENABLE_CPU_FEATURES"
 #: The variables this process set itself (a later call tells them from the user's).
 _SET_HERE: set[str] = set()
 
@@ -74,13 +77,27 @@ def _yours(var: str) -> bool:
     return var in os.environ and var not in _SET_HERE
 
 
+def numpy_avx512_targets() -> str | None:
+    """The installed numpy's names for its AVX-512 dispatch targets (from its version, without loading it); ``None``
+    for a numpy older than 1.22 or none installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(x) for x in version("numpy").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return None
+    return next((names for since, names in NUMPY_AVX512.items() if (major, minor) >= since), None)
+
+
 def pin_kernels() -> dict[str, bool]:
     """Pin OpenBLAS's kernel and numpy's dispatch for this process and the processes it starts (module docstring).
     Call it before numpy and scipy are loaded: a library loaded already keeps its choice. Idempotent; never raises
     (a bad ``$WMEVAL_KERNELS`` pins nothing here and stops the stage in :func:`wmeval.core.runner.main`).
 
     Returns ``{"openblas": ..., "numpy": ...}``: whether each is pinned by this call's process (not where you set
-    the library's variable, nor with ``WMEVAL_KERNELS=native``, nor on a machine that cannot run them).
+    the library's variable, nor numpy's where you set ``NPY_ENABLE_CPU_FEATURES``, nor with ``WMEVAL_KERNELS=native``,
+    nor on a machine that cannot run them). A numpy built with AVX-512 in its baseline (not a PyPI wheel) refuses to
+    load with those targets switched off: ``WMEVAL_KERNELS=native`` there.
     """
     from wmeval.core.errors import WmevalError
 
@@ -91,9 +108,14 @@ def pin_kernels() -> dict[str, bool]:
     out = {"openblas": False, "numpy": False}
     if mode != "pinned" or not pinnable():
         return out
-    for key, var, value in (("openblas", OPENBLAS_ENV, OPENBLAS_CORE), ("numpy", NUMPY_ENV, NUMPY_AVX512)):
-        if not _yours(var):
+    targets = None if NUMPY_ENABLE_ENV in os.environ else numpy_avx512_targets()
+    for key, var, value in (("openblas", OPENBLAS_ENV, OPENBLAS_CORE), ("numpy", NUMPY_ENV, targets)):
+        if value is not None and not _yours(var):
             os.environ[var] = value
             _SET_HERE.add(var)
             out[key] = True
+    if out["numpy"]:
+        import warnings
+
+        warnings.filterwarnings("ignore", message=".*NPY_DISABLE_CPU_FEATURES", category=ImportWarning)
     return out

@@ -31,6 +31,24 @@ class Shown:
     headline: bool | str = False
 
 
+#: Values this close, relative to the larger, tie wherever models are ordered (ranks, rank intervals, P(better),
+#: P(tie), the scorecard's ranking, a sweep's flipped pairs): float64 does not resolve them, and a point and its
+#: replicates are summed in different orders. Two pendulum models equal in exact arithmetic (action sensitivity)
+#: came out an ulp apart: one ranked 2 with a rank interval of [1-1], P(better) 0.02 on differences at that level.
+TIE_RTOL = 1e-12
+
+
+def near_equal(a, b, atol: float = 0.0) -> np.ndarray:
+    """Elementwise: equal (infinities of one sign included), or finite and within ``TIE_RTOL`` of each other relative
+    to the larger, or within ``atol`` (:attr:`MetricInfo.tie_atol`, for badness in log space)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        gap = np.abs(a - b)
+        close = np.isfinite(a) & np.isfinite(b) & ((gap <= TIE_RTOL * np.maximum(np.abs(a), np.abs(b)))
+                                                   | (gap <= atol))
+    return (a == b) | close
+
+
 @dataclass(frozen=True)
 class MetricInfo:
     """Registry entry: how a metric is read and aggregated.
@@ -63,6 +81,13 @@ class MetricInfo:
     def uses_encoder(self) -> bool:
         """Computed on encoder features: its value, and a model ranking by it, depend on the encoder."""
         return "encoder" in self.card
+
+    @property
+    def tie_atol(self) -> float:
+        """The absolute tolerance (:func:`near_equal`) on :meth:`badness` under which two values tie: ``TIE_RTOL`` for
+        a metric with a target, whose badness ``|log(v / target)|`` is near 0 close to the target (two values
+        ``TIE_RTOL`` apart differ by about that much there); 0 otherwise (the values' own relative tolerance)."""
+        return TIE_RTOL if self.higher_is_better is None and self.target is not None else 0.0
 
     def badness(self, value):
         """A number that is smaller for better values (for ranking); elementwise on arrays."""

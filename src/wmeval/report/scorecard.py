@@ -23,6 +23,7 @@ import pandas as pd
 import wmeval.report.figures as figures
 from wmeval.estimators.resample import BIAS_CHECK_LIMIT, STUDENTIZE_LINEAR_SHARE
 from wmeval.metrics import REGISTRY, Shown
+from wmeval.metrics.registry import near_equal
 from wmeval.rendering.document import (
     Doc,
     Table,
@@ -310,15 +311,18 @@ def ranks_of(iv: pd.DataFrame, models: list[str], columns: list[Column],
         info = REGISTRY[metric]
         skip = set(_unchecked_models(iv, models, metric, regime, cond)) if checked_only else set()
         vals = {m: None if m in skip else lookup(iv, m, metric, regime, cond) for m in models}
-        bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)}
+        # A model with fewer than 2 episodes has no interval and no rank (the bootstrap stage leaves it out too);
+        # values float64 does not resolve tie (wmeval.metrics.registry.near_equal), as in the stage's rank intervals.
+        bad = {m: info.badness(r.point) for m, r in vals.items() if r is not None and np.isfinite(r.point)
+               and not getattr(r, "n_clusters", 2) < 2}
         if len(bad) < 2:
             continue
         used.append(col)
         for m in models:
             if m in bad:
                 r = vals[m]
-                ranks[col, m] = (1 + sum(b < bad[m] for b in bad.values()), getattr(r, "rank_low", np.nan),
-                                 getattr(r, "rank_high", np.nan))
+                behind = sum(b < bad[m] and not near_equal(b, bad[m], info.tie_atol) for b in bad.values())
+                ranks[col, m] = (1 + behind, getattr(r, "rank_low", np.nan), getattr(r, "rank_high", np.nan))
             else:
                 ranks[col, m] = None
     return used, ranks
@@ -506,8 +510,10 @@ def coverage_table(cov: dict[str, Any] | None) -> Table | None:
     rows: dict[tuple[str, str], dict[str, str]] = {}
     for c in sets["cells"]:
         rows.setdefault((c["truth"], c["design"]), {})[c["metric"]] = _cell_result(c, sets.get("datasets", 0))
+    if not rows:
+        return None
     return Table(["truth", "sides"] + [_metric_name(m) for m in metrics],
-                 [[truth_label.get(t, t), d] + [r.get(m, "") for m in metrics] for (t, d), r in rows.items()])
+                 [[truth_label.get(t, t), d] + [r.get(m, "–") for m in metrics] for (t, d), r in rows.items()])
 
 
 def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]:
@@ -531,9 +537,16 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
              "power against a shift, false positives at a true 0):")
     tested = _chance_cells(cov)
     narrow_, wide_ = beyond_chance(cov)
-    tail = (f"Of the {len(tested)} cells of every part (32 and 64 episodes, d = 4, 16 and 64, the shift along the "
-            "lowest- and the highest-variance axis), outside 93-97% by more than chance (over 1.96 binomial "
-            "standard errors past the nearer end): "
+    present = [cov[k] for k in SET_PARTS if cov.get(k)]
+    episodes = sorted({p["episodes"] for p in present})
+    dims = sorted({p.get("dim", sets.get("dim")) for p in present})
+    axes = "the lowest- and the highest-variance axis" if any(a and cov.get(k) for k, a in SET_PARTS.items()) \
+        else "the lowest-variance axis"
+    total = sum(len(p["cells"]) for p in present)
+    tail = (f"Of {len(tested)} cells tested ({total} in {len(present)} part{'s' * (len(present) != 1)}: "
+            f"{' and '.join(map(str, episodes))} episodes, d = {', '.join(map(str, dims))}, the shift along {axes}; "
+            "the repeated truth-0 cells and mostly withheld ones left out), outside 93-97% by more than chance "
+            "(over 1.96 binomial standard errors past the nearer end): "
             + ("; ".join(part for part in (
                 f"too narrow: {', '.join(narrow_)}" if narrow_ else "none too narrow",
                 f"too wide (conservative): {len(wide_)} cell{'s' * (len(wide_) != 1)}" if wide_ else "none too wide")))
