@@ -48,7 +48,7 @@ from wmeval.estimators.resample import (
     resample_counts,
 )
 from wmeval.metrics import REGISTRY, psnr_from_mse
-from wmeval.metrics.registry import TIE_RTOL, near_equal  # noqa: F401  TIE_RTOL: re-exported
+from wmeval.metrics.registry import near_equal
 from wmeval.tables import KEY_COLUMNS as KEYS
 from wmeval.tables import (
     atomic_dir,

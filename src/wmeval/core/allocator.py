@@ -53,17 +53,24 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 THRESHOLD_BYTES = 1 << 30
 
 
+def env_choice(var: str, choices: dict[str, str]) -> str:
+    """The value of ``$var``, one of ``choices`` (case and spaces ignored; unset or empty: the first); a
+    :class:`~wmeval.core.errors.WmevalError` naming any other value and what each choice does (``choices``' values)."""
+    raw = os.environ.get(var, "").strip()
+    mode = raw.lower() or next(iter(choices))
+    if mode not in choices:
+        from wmeval.core.errors import WmevalError
+
+        raise WmevalError(f"environment variable {var} = {raw!r}: expected "
+                          + " or ".join(f"{k!r} ({what})" for k, what in choices.items()))
+    return mode
+
+
 def allocator_mode() -> str:
     """``tuned`` or ``system``, from ``$WMEVAL_MALLOC``; a :class:`~wmeval.core.errors.WmevalError` naming any other
     value."""
-    raw = os.environ.get(ALLOCATOR_ENV, "").strip()
-    mode = raw.lower() or "tuned"
-    if mode not in ("tuned", "system"):
-        from wmeval.core.errors import WmevalError
-
-        raise WmevalError(f"environment variable {ALLOCATOR_ENV} = {raw!r}: expected 'tuned' (keep freed memory for "
-                          "the next array; the default) or 'system' (the C allocator's own thresholds)")
-    return mode
+    return env_choice(ALLOCATOR_ENV, {"tuned": "keep freed memory for the next array; the default",
+                                      "system": "the C allocator's own thresholds"})
 
 
 def tune_allocator() -> bool:
@@ -91,8 +98,15 @@ def tune_allocator() -> bool:
     return bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
 
 
-def _yours(var: str) -> bool:
+def yours(var: str) -> bool:
+    """Whether ``$var`` was set by the user (not by :func:`set_here` in this process)."""
     return var in os.environ and var not in _SET_HERE
+
+
+def set_here(var: str, value: str) -> None:
+    """Set ``$var`` for the libraries this process loads later and the processes it starts, as this process's own."""
+    os.environ[var] = value
+    _SET_HERE.add(var)
 
 
 def stop_hugepage_advice() -> bool:
@@ -103,10 +117,9 @@ def stop_hugepage_advice() -> bool:
     (numpy advises only there). Sets that variable for numpy to read when it is loaded, and switches a loaded numpy
     (the switch exists since numpy 1.20).
     """
-    if _yours(NUMPY_HUGEPAGE_ENV) or not sys.platform.startswith("linux"):
+    if yours(NUMPY_HUGEPAGE_ENV) or not sys.platform.startswith("linux"):
         return False
-    os.environ[NUMPY_HUGEPAGE_ENV] = "0"
-    _SET_HERE.add(NUMPY_HUGEPAGE_ENV)
+    set_here(NUMPY_HUGEPAGE_ENV, "0")
     if "numpy" in sys.modules:
         try:
             from numpy._core.multiarray import _set_madvise_hugepage              # numpy 2
@@ -124,10 +137,9 @@ def use_system_arrow_pool() -> bool:
     variable for pyarrow to read when it is loaded; a pyarrow loaded before this keeps Arrow's C++ default (Parquet's
     readers and writers use it) and gets only its own default switched.
     """
-    if _yours(ARROW_POOL_ENV):
+    if yours(ARROW_POOL_ENV):
         return False
-    os.environ[ARROW_POOL_ENV] = "system"
-    _SET_HERE.add(ARROW_POOL_ENV)
+    set_here(ARROW_POOL_ENV, "system")
     if "pyarrow" in sys.modules:
         import pyarrow as pa
 

@@ -25,6 +25,8 @@ import os
 import platform
 import sys
 
+from wmeval.core.allocator import env_choice, set_here, yours
+
 #: Environment variable: ``pinned`` (the default when unset) or ``native`` (the libraries' own choice).
 KERNELS_ENV = "WMEVAL_KERNELS"
 #: OpenBLAS's kernel choice (read when the library loads) and the kernel pinned.
@@ -37,22 +39,14 @@ NUMPY_AVX512 = {(2, 4): "X86_V4 AVX512_ICL AVX512_SPR",
                 (1, 22): "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
 #: numpy refuses to load with both this and ``NPY_DISABLE_CPU_FEATURES`` set: where you set it, numpy is not pinned.
 NUMPY_ENABLE_ENV = "NPY_ENABLE_CPU_FEATURES"
-#: The variables this process set itself (a later call tells them from the user's).
-_SET_HERE: set[str] = set()
 
 
 def kernels_mode() -> str:
     """``pinned`` or ``native``, from ``$WMEVAL_KERNELS``; a :class:`~wmeval.core.errors.WmevalError` naming any other
     value."""
-    raw = os.environ.get(KERNELS_ENV, "").strip()
-    mode = raw.lower() or "pinned"
-    if mode not in ("pinned", "native"):
-        from wmeval.core.errors import WmevalError
-
-        raise WmevalError(f"environment variable {KERNELS_ENV} = {raw!r}: expected 'pinned' (the same numerical "
-                          "kernels on every x86-64 machine with AVX2; the default) or 'native' (numpy's and OpenBLAS's "
-                          "own choice for this CPU)")
-    return mode
+    return env_choice(KERNELS_ENV, {"pinned": "the same numerical kernels on every x86-64 machine with AVX2; the "
+                                              "default",
+                                    "native": "numpy's and OpenBLAS's own choice for this CPU"})
 
 
 def cpu_flags() -> set[str]:
@@ -71,10 +65,6 @@ def pinnable() -> bool:
     """Whether this machine runs the pinned kernels: Linux on x86-64 with AVX2 and FMA."""
     return (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
             and {"avx2", "fma"} <= cpu_flags())
-
-
-def _yours(var: str) -> bool:
-    return var in os.environ and var not in _SET_HERE
 
 
 def numpy_avx512_targets() -> str | None:
@@ -110,9 +100,8 @@ def pin_kernels() -> dict[str, bool]:
         return out
     targets = None if NUMPY_ENABLE_ENV in os.environ else numpy_avx512_targets()
     for key, var, value in (("openblas", OPENBLAS_ENV, OPENBLAS_CORE), ("numpy", NUMPY_ENV, targets)):
-        if value is not None and not _yours(var):
-            os.environ[var] = value
-            _SET_HERE.add(var)
+        if value is not None and not yours(var):
+            set_here(var, value)
             out[key] = True
     if out["numpy"]:
         import warnings
