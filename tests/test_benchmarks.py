@@ -189,3 +189,62 @@ def test_double_bootstrap_calibration_corrects_a_skewed_mean():
         hits.append((lo <= 1.0 <= hi, clo <= 1.0 <= chi, chi - hi))
     percentile, calibrated, upper_shift = np.mean(hits, axis=0)
     assert upper_shift > 0 and calibrated >= percentile + 0.02, (percentile, calibrated, upper_shift)
+
+
+def test_direction_oracle_noise_is_the_covariance_of_coverage_designs_mean_difference():
+    """benchmarks/direction_oracle.py's S must be the covariance of the difference of the two sides' episode-mean
+    averages as benchmarks/coverage.py draws them (shared episode latent when paired): checked by simulation."""
+    oracle = _script("direction_oracle.py")
+    d, n, t, rho = 3, 8, 5, 0.5
+    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, d)))
+    rng = np.random.default_rng(0)
+    for design in ("paired", "unpaired"):
+        diffs = []
+        for _ in range(6000):
+            a = rng.normal(size=(n, d))
+            b = a if design == "paired" else rng.normal(size=(n, d))
+            ep = np.repeat(np.arange(n), t)
+            x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+            y = (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+            diffs.append(y.mean(axis=0) - x.mean(axis=0))
+        got = np.var(np.array(diffs), axis=0)
+        want = oracle.noise_variances(d, n, t, rho, design)
+        np.testing.assert_allclose(got, want, rtol=0.08)
+
+
+def test_direction_oracle_restricted_direction_minimizes_the_mahalanobis_distance_on_the_sphere():
+    """The restricted estimate is the point of |x|^2 = theta closest to dh in S^-1: no point of a dense sample of
+    the sphere is closer (a formula with S in place of S^-1, or with the raw dh's direction, fails this)."""
+    oracle = _script("direction_oracle.py")
+    rng = np.random.default_rng(1)
+    lam = np.array([0.3, 1.0, 3.0])
+    sphere = rng.normal(size=(200_000, 3))
+    sphere /= np.linalg.norm(sphere, axis=1, keepdims=True)
+    for _ in range(5):
+        dh = rng.normal(size=3) * 1.5
+        for theta in (0.05, 1.0, 6.0):
+            x = np.sqrt(theta) * oracle.restricted_direction(dh, lam, np.array([theta]))[0]
+            obj = np.sum((dh - x) ** 2 / lam)
+            others = np.sum((dh[None] - np.sqrt(theta) * sphere) ** 2 / lam[None], axis=1)
+            assert obj <= others.min() + 1e-9
+            assert obj < np.sum((dh - np.sqrt(theta) * dh / np.linalg.norm(dh)) ** 2 / lam) - 1e-6
+
+
+def test_direction_oracle_test_has_its_level_along_the_true_direction():
+    """With the true direction, the oracle's test accepts the true theta in 95% of draws of dh: along the highest-
+    variance axis at a large shift, where the linear term carries most of T's spread (a linear term of half its
+    size accepts about 68%), and at a small shift along the lowest axis, where the degenerate part does."""
+    oracle = _script("direction_oracle.py")
+    lam = oracle.noise_variances(4, 32, 10, 0.5, "unpaired")
+    rng = np.random.default_rng(2)
+    test = oracle.Test(lam, 8000, rng)
+    for axis, size in ((3, 1.5), (0, 0.5)):
+        e = np.eye(4)[axis]
+        delta = size * e
+        theta = np.array([size * size])
+        hits = 0
+        k = 2000
+        for _ in range(k):
+            dh = delta + rng.normal(size=4) * np.sqrt(lam)
+            hits += bool(test.accepts(float(dh @ dh - lam.sum()), theta, e[None])[0])
+        assert abs(hits / k - 0.95) < 3.5 * np.sqrt(0.95 * 0.05 / k)
