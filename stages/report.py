@@ -23,6 +23,7 @@ BOOT, OUT = Path("data/bootstrap"), Path("reports")
 HUMAN = Path("data/human")                             # the human stage's summary (human.study; none by default)
 POINTS = Path("data/stats/distributional.parquet")   # the distributional point estimates (FD vs 1/N figure)
 COVERAGE = Path("benchmarks/results/coverage.json")      # the interval-coverage benchmark the report cites
+ORACLE = Path("benchmarks/results/direction_oracle.json")  # what the boundary test's rule covers with the noise known
 
 
 def run() -> None:
@@ -36,6 +37,8 @@ def run() -> None:
     human = json.loads((HUMAN / "summary.json").read_text())
     provenance["human_study"] = study_card(human)       # the study's protocol card (None without a study)
     coverage = json.loads(COVERAGE.read_text())
+    # The scorecard's coverage text reads the oracle beside the benchmark it explains (report.scorecard.oracle_wide).
+    coverage["direction_oracle"] = json.loads(ORACLE.read_text())
     cards = protocol_cards(intervals, protocol)
     md, page = render(intervals, protocol, curves, kcurves, points, provenance, coverage, cards, human)
     # Everything is rendered before anything is written; each file is replaced atomically.

@@ -492,3 +492,49 @@ def test_the_interval_card_names_each_models_method_where_kid_switches_to_the_bo
     far = _interval(CardContext("w", {}, {"bootstrap": {"seed": 0}}, "kid", "open_loop", rows.iloc[:1]))["interval"]
     assert far.startswith("bootstrap-t bootstrap, B = 500") and BOUNDARY_NOTE not in far
     assert far.endswith("ranks come from the replicates themselves")
+
+
+def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
+    """oracle_wide names a too-wide cell (beyond chance) only where benchmarks/direction_oracle.py's cell of the same
+    dimension, episodes, sides, truth and axis has the shipped rule (estimated_raised) itself above 97% beyond
+    chance; the first screen counts them and the validation section names them and gives the oracle's figures."""
+    from wmeval.report.scorecard import coverage_glance, coverage_note, oracle_note, oracle_wide
+
+    def cell(metric, truth, design, p):
+        return {"metric": metric, "truth": truth, "design": design, "coverage": p, "withheld": 0.0,
+                ("false_positive_rate" if truth == "zero" else "power"): 0.3}
+
+    sets = {"dim": 4, "episodes": 32, "frames_per_episode": 10, "rho": 0.5, "datasets": 400, "shift": 0.5,
+            "cells": [cell("kid", "shift", "unpaired", 0.995), cell("fd_bias_corrected", "shift", "unpaired", 0.99),
+                      cell("kid", "shift", "paired", 0.995)]}
+    high = {"episodes": 32, "datasets": 400, "cells": [cell("kid", "shift", "unpaired", 0.995)]}
+    cov = {"cluster": {"coverage": 0.95, "coverage_se": 0.01}, "iid_frames": {"coverage": 0.4}, "datasets": 500,
+           "episodes": 64, "frames_per_episode": 16, "rho": 0.8, "confidence_level": 0.95, "sets": sets,
+           "sets_high_axis": high}
+
+    def ocell(design, axis, raised, datasets=500):
+        rules = {r: {"coverage": v, "power": 0.3} for r, v in
+                 (("known", 0.952), ("estimated", 0.986), ("estimated_raised", raised), ("restricted", 0.978),
+                  ("worst", 1.0))}
+        return {"dim": 4, "episodes": 32, "design": design, "truth": "shift", "axis": axis, "datasets": datasets,
+                **rules}
+
+    oracle = {"datasets": 500, "cells": [ocell("unpaired", "lowest", 0.996), ocell("unpaired", "highest", 0.975),
+                                         ocell("paired", "lowest", 0.996)]}
+    # The unpaired low-axis cells match (both metrics); the paired cell's oracle is above 97% too; the high-axis
+    # cell's oracle (97.5% of 500) is within chance of 97%, so that cell is the intervals' own.
+    assert oracle_wide(cov, oracle) == ["KID unpaired shift 99.5% (32 episodes, d = 4)",
+                                        "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
+                                        "KID paired shift 99.5% (32 episodes, d = 4)"]
+    oracle["cells"][2] = ocell("paired", "lowest", 0.96)
+    assert len(oracle_wide(cov, oracle)) == 2 and oracle_wide(cov, None) == []
+    tail = coverage_glance({**cov, "direction_oracle": oracle})[2]
+    assert "too wide (conservative): 4 cells. In 2 of the too-wide, the same rule is as wide" in tail
+    assert "same rule" not in coverage_glance(cov)[2]
+    text = coverage_note({**cov, "direction_oracle": oracle})
+    assert ("Of those too wide, KID unpaired shift 99.5% (32 episodes, d = 4), bias-corrected FD unpaired shift "
+            "99.0% (32 episodes, d = 4): there the shipped rule") in text
+    note = oracle_note(oracle)
+    assert ("at 32 episodes, d = 4: the true direction 95.2% and 95.2%, the estimated difference's 98.6% and 98.6%, "
+            "that with the upper-end rule (shipped) 99.6% and 97.5%") in note
+    assert oracle_note(None) == "" and oracle_note({"datasets": 1, "cells": [ocell("paired", "lowest", 0.9)]}) == ""
