@@ -248,3 +248,78 @@ def test_direction_oracle_test_has_its_level_along_the_true_direction():
             dh = delta + rng.normal(size=4) * np.sqrt(lam)
             hits += bool(test.accepts(float(dh @ dh - lam.sum()), theta, e[None])[0])
         assert abs(hits / k - 0.95) < 3.5 * np.sqrt(0.95 * 0.05 / k)
+
+
+def test_direction_oracle_interval_is_the_hull_of_a_dense_scan_and_reaches_0_as_the_shipped_test():
+    """Test.interval against a brute-force scan of 6000 candidate distances: its ends are the first and last accepted
+    (to the scan's spacing), and its lower end is 0 wherever T is not too high for a distance of 0 (T below the
+    degenerate part's 97.5% quantile), as the shipped test's (a lower end fixed at 0, or always the first accepted
+    distance, fails)."""
+    oracle = _script("direction_oracle.py")
+    lam = oracle.noise_variances(4, 32, 10, 0.5, "unpaired")
+    test = oracle.Test(lam, 4000, np.random.default_rng(3))
+    q_hi0 = np.quantile(test.deg, 0.975)
+    checked_low_zero = checked_low_positive = 0
+    for t, axis in ((-0.1, 0), (0.05, 0), (0.3, 3), (0.9, 0), (2.4, 3), (3.0, 0)):
+        e = np.eye(4)[axis]
+        low, high = test.interval(t, lambda th: np.repeat(e[None], len(th), axis=0))
+        grid = np.linspace(0.0, 12.0, 6001)
+        acc = test.accepts(t, grid, np.repeat(e[None], len(grid), axis=0))
+        assert acc.any() and not acc[-1]
+        step = grid[1] - grid[0]
+        assert abs(high - grid[acc].max()) <= step
+        if t <= q_hi0:
+            assert low == 0.0
+            checked_low_zero += 1
+        else:
+            assert abs(low - grid[acc].min()) <= step and low > 0
+            checked_low_positive += 1
+    assert checked_low_zero >= 2 and checked_low_positive >= 2
+    # T just below what a distance of 0 allows from below, along a direction where a small positive distance is
+    # accepted: the shipped test's lower end is its basic interval's at 0 (below 0), not that positive distance.
+    e = np.array([0.395, -0.243, 0.717, -0.52])
+    e /= np.linalg.norm(e)
+    t = float(np.quantile(test.deg, 0.025)) - 0.0005
+    grid = np.linspace(0.0, 1.0, 1001)
+    acc = test.accepts(t, grid, np.repeat(e[None], len(grid), axis=0))
+    assert not acc[0] and acc.any()
+    assert test.interval(t, lambda th: np.repeat(e[None], len(th), axis=0))[0] == 0.0
+
+
+def test_direction_oracle_raised_upper_end_is_boundary_intervals_rule_on_its_replicates():
+    """The oracle's upper-end rule equals boundary_interval's, the replicates' 97.5% quantile recentred on the
+    estimate (q_hi + 2 (center - mean)), on replicates T + 2 dh'z + |z|^2 - tr S, up to their sample mean."""
+    oracle = _script("direction_oracle.py")
+    lam = oracle.noise_variances(4, 32, 10, 0.5, "unpaired")
+    test = oracle.Test(lam, 8000, np.random.default_rng(4))
+    dh = np.array([0.5, 0.1, -0.2, 0.3])
+    t = float(dh @ dh - lam.sum())
+    reps = t + 2.0 * (test.z @ dh) + test.deg
+    shipped = np.quantile(reps, 0.975) + 2.0 * (t - reps.mean())
+    raised = test.raised(t, dh, 1e-9)
+    assert abs(raised - shipped) <= 2.0 * abs(reps.mean() - t) + 1e-12
+    assert raised > t + 0.1                      # the 97.5% quantile, not the 2.5% (below t)
+    assert test.raised(t, dh, 10.0) == 10.0 and np.isnan(test.raised(t, dh, float("nan")))
+
+
+def test_direction_oracle_cell_counts_each_rules_intervals():
+    """_cell's coverage and power are the shares of its data sets' intervals (intervals(), replayed on the same
+    random stream) that contain the truth and lie above 0."""
+    oracle = _script("direction_oracle.py")
+    job = (4, 32, 10, 0.5, "unpaired", "shift", 0, 0.5, 30, 600, 7)
+    got = oracle._cell(job)
+    d, episodes, frames, rho, design, truth, axis, size, datasets, draws, seed = job
+    lam = oracle.noise_variances(d, episodes, frames, rho, design)
+    rng = np.random.default_rng([seed, d, episodes, 0, axis, 50])
+    test = oracle.Test(lam, draws, rng)
+    delta = np.eye(d)[axis] * size
+    hits = {r: 0 for r in oracle.RULES}
+    above = {r: 0 for r in oracle.RULES}
+    for _ in range(datasets):
+        dh = delta + rng.normal(size=d) * np.sqrt(lam)
+        for rule, (low, high) in oracle.intervals(test, dh, np.eye(d)[axis]).items():
+            hits[rule] += bool(low <= size * size <= high)
+            above[rule] += bool(low > 0)
+    for rule in oracle.RULES:
+        assert got[rule] == {"coverage": hits[rule] / datasets, "power": above[rule] / datasets}
+    assert 0 < got["known"]["coverage"] <= 1 and got["worst"]["coverage"] >= got["known"]["coverage"] - 0.2

@@ -496,8 +496,9 @@ def test_the_interval_card_names_each_models_method_where_kid_switches_to_the_bo
 
 def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
     """oracle_wide names a too-wide cell (beyond chance) only where benchmarks/direction_oracle.py's cell of the same
-    dimension, episodes, sides, truth and axis has the shipped rule (estimated_raised) itself above 97% beyond
-    chance; the first screen counts them and the validation section names them and gives the oracle's figures."""
+    design (dimension, episodes, sides, truth, axis, shift size, rho, rows per episode) has the boundary test's rule
+    (estimated_raised) above 97% beyond chance too; the first screen counts them, the validation section names them,
+    and oracle_note gives the oracle's figures and which direction-free rules stay within 93-97%."""
     from wmeval.report.scorecard import coverage_glance, coverage_note, oracle_note, oracle_wide
 
     def cell(metric, truth, design, p):
@@ -506,35 +507,48 @@ def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
 
     sets = {"dim": 4, "episodes": 32, "frames_per_episode": 10, "rho": 0.5, "datasets": 400, "shift": 0.5,
             "cells": [cell("kid", "shift", "unpaired", 0.995), cell("fd_bias_corrected", "shift", "unpaired", 0.99),
-                      cell("kid", "shift", "paired", 0.995)]}
+                      cell("kid", "shift", "paired", 0.995), cell("fd_bias_corrected", "shift", "paired", 0.98),
+                      cell("kid", "large shift", "unpaired", 0.995)]}
     high = {"episodes": 32, "datasets": 400, "cells": [cell("kid", "shift", "unpaired", 0.995)]}
     cov = {"cluster": {"coverage": 0.95, "coverage_se": 0.01}, "iid_frames": {"coverage": 0.4}, "datasets": 500,
            "episodes": 64, "frames_per_episode": 16, "rho": 0.8, "confidence_level": 0.95, "sets": sets,
            "sets_high_axis": high}
 
-    def ocell(design, axis, raised, datasets=500):
+    def ocell(design, axis, raised, truth="shift", episodes=32, size=0.5, restricted=0.978):
         rules = {r: {"coverage": v, "power": 0.3} for r, v in
-                 (("known", 0.952), ("estimated", 0.986), ("estimated_raised", raised), ("restricted", 0.978),
+                 (("known", 0.952), ("estimated", 0.986), ("estimated_raised", raised), ("restricted", restricted),
                   ("worst", 1.0))}
-        return {"dim": 4, "episodes": 32, "design": design, "truth": "shift", "axis": axis, "datasets": datasets,
-                **rules}
+        return {"dim": 4, "episodes": episodes, "design": design, "truth": truth, "axis": axis, "datasets": 500,
+                "true_value": size * size, **rules}
 
-    oracle = {"datasets": 500, "cells": [ocell("unpaired", "lowest", 0.996), ocell("unpaired", "highest", 0.975),
-                                         ocell("paired", "lowest", 0.996)]}
-    # The unpaired low-axis cells match (both metrics); the paired cell's oracle is above 97% too; the high-axis
-    # cell's oracle (97.5% of 500) is within chance of 97%, so that cell is the intervals' own.
+    oracle = {"datasets": 500, "rho": 0.5, "frames_per_episode": 10, "cells": [
+        ocell("unpaired", "lowest", 0.996), ocell("unpaired", "highest", 0.975), ocell("paired", "lowest", 0.996),
+        ocell("unpaired", "lowest", 0.996, truth="large shift", episodes=64, size=1.5)]}
+    # Named: the unpaired low-axis cells (both metrics) and the paired KID cell, whose oracle is above 97% too. Not:
+    # the paired FD cell (98.0% of 400 is within chance of 97%), the high-axis cell (its oracle's 97.5% of 500 is
+    # within chance), the large shift (the oracle's only large-shift cell has 64 episodes).
     assert oracle_wide(cov, oracle) == ["KID unpaired shift 99.5% (32 episodes, d = 4)",
                                         "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
                                         "KID paired shift 99.5% (32 episodes, d = 4)"]
     oracle["cells"][2] = ocell("paired", "lowest", 0.96)
     assert len(oracle_wide(cov, oracle)) == 2 and oracle_wide(cov, None) == []
+    # Another design is not matched: rho, rows per episode, or the shift's size.
+    assert oracle_wide(cov, {**oracle, "rho": 0.8}) == [] and oracle_wide(cov, {**oracle, "frames_per_episode": 16}) == []
+    assert oracle_wide(cov, {**oracle, "cells": [ocell("unpaired", "lowest", 0.996, size=0.6)]}) == []
+    # A cell without the rule's figure, or without its design, is skipped, not a crash.
+    broken = {k: v for k, v in ocell("unpaired", "lowest", 0.996).items() if k != "estimated_raised"}
+    assert oracle_wide(cov, {**oracle, "cells": [broken, {"dim": 4}]}) == []
     tail = coverage_glance({**cov, "direction_oracle": oracle})[2]
-    assert "too wide (conservative): 4 cells. In 2 of the too-wide, the same rule is as wide" in tail
-    assert "same rule" not in coverage_glance(cov)[2]
+    assert "too wide (conservative): 5 cells. In 2 of the too-wide, the boundary test's rule covers above 97%" in tail
+    assert "boundary test's rule covers" not in coverage_glance(cov)[2]
     text = coverage_note({**cov, "direction_oracle": oracle})
     assert ("Of those too wide, KID unpaired shift 99.5% (32 episodes, d = 4), bias-corrected FD unpaired shift "
-            "99.0% (32 episodes, d = 4): there the shipped rule") in text
+            "99.0% (32 episodes, d = 4): there the boundary test's rule") in text
     note = oracle_note(oracle)
     assert ("at 32 episodes, d = 4: the true direction 95.2% and 95.2%, the estimated difference's 98.6% and 98.6%, "
-            "that with the upper-end rule (shipped) 99.6% and 97.5%") in note
+            "that with the upper-end rule (the boundary test's) 99.6% and 97.5%") in note
+    assert note.endswith("Within 93-97% on both axes in every design: none of the rules that do not know the "
+                         "direction.")
+    inside = {**oracle, "cells": [ocell("unpaired", a, 0.99, restricted=0.955) for a in ("lowest", "highest")]}
+    assert oracle_note(inside).endswith("Within 93-97% on both axes in every design: the restricted estimate's.")
     assert oracle_note(None) == "" and oracle_note({"datasets": 1, "cells": [ocell("paired", "lowest", 0.9)]}) == ""
