@@ -89,6 +89,7 @@ class Test:
         self.z = rng.normal(size=(draws, len(lam))) * np.sqrt(lam)
         self.deg = np.sum(self.z ** 2, axis=1) - lam.sum()
         self.q = ((1.0 - LEVEL) / 2.0, 1.0 - (1.0 - LEVEL) / 2.0)
+        self.deg_q_hi = float(np.quantile(self.deg, self.q[1]))     # the test's upper quantile at a distance of 0
 
     def accepts(self, t: float, theta: np.ndarray, directions: np.ndarray) -> np.ndarray:
         """``(G,)``: whether each ``theta`` is accepted, its linear term along ``directions`` ``(G, d)``."""
@@ -119,12 +120,9 @@ class Test:
             return inside
 
         # As the shipped test (``_inverted_test``): where the estimate is not too high for a distance of 0 (its
-        # basic lower end ``T - q_hi`` at 0 is at or below 0), the interval reaches down to (and below) 0.
-        at_zero_q_hi = float(np.quantile(self.deg, self.q[1]))
-        if t <= at_zero_q_hi or idx[0] == 0:
-            low = 0.0
-        else:
-            low = edge(u[idx[0]], u[idx[0] - 1])
+        # basic lower end ``T - q_hi`` at 0 is at or below 0; always so where 0 is accepted), the interval reaches
+        # down to (and below) 0.
+        low = 0.0 if t <= self.deg_q_hi else edge(u[idx[0]], u[idx[0] - 1])
         return low * low, edge(u[idx[-1]], u[idx[-1] + 1]) ** 2
 
     def raised(self, t: float, dh: np.ndarray, high: float) -> float:
