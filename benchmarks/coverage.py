@@ -35,6 +35,12 @@ again with it along the highest (variance 2.0): coverage depends on how the diff
     python benchmarks/coverage.py [--datasets 500] [--rho 0.8] [--frames 16] [--episodes 64]
     python benchmarks/coverage.py --only sets [--set-datasets 400] [--parts sets_wide ...]
     python benchmarks/coverage.py --only bias [--bias-datasets 60]   # what the FD's bias corrections leave
+    python benchmarks/coverage.py --only confirm [--confirm-datasets 1000]
+
+``--only confirm`` reruns each set-level cell outside 93-97% by more than chance (the scorecard's rule) on
+``--confirm-datasets`` data sets its screen did not use, with the part's stored design, into ``confirmation``: with
+some 70 cells tested at 5% each, a few flags are chance's, and a flag a rerun does not repeat is not counted by the
+scorecard (``wmeval.report.scorecard.screen_flags``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ import json
 import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -135,44 +143,58 @@ def _set_dataset(job: tuple) -> dict:
     return out
 
 
+def _set_truths(args) -> list[tuple[str, np.ndarray, dict[str, float]]]:
+    """A part's truths: ``(name, the model's mean shift, each metric's true value)``, a true 0, the shift along
+    the part's axis (``set_shift_axis``: 0, the lowest-variance one, or -1, the highest) and 3 times it."""
+    d = args.set_dim
+    sigma = np.diag(np.linspace(0.5, 2.0, d))
+    shift = np.zeros(d)
+    shift[getattr(args, "set_shift_axis", 0)] = args.set_shift
+    out = []
+    for truth_name, delta in (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift)):
+        values = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
+        out.append((truth_name, delta, {m: v for m, v in values.items()
+                                        if m in getattr(args, "set_metrics", SET_METRICS)}))
+    return out
+
+
+def _cell_summary(res: list[dict], m: str, truth_name: str, truth: float, design: str) -> dict:
+    """One cell's figures from its data sets' results (:func:`_set_dataset`)."""
+    hits, above, points, widths, withheld = (np.array([r[m][k] for r in res]) for k in range(5))
+    # Coverage, power and width over the intervals given; a withheld one (the bias-corrected FD's two-scale check
+    # failed) is counted apart, as the share of data sets without an interval.
+    given = ~withheld
+    n_given = int(given.sum())
+    p = float(np.mean(hits[given])) if n_given else None        # None: no interval given
+    return {"metric": m, "truth": truth_name, "true_value": truth, "design": design, "coverage": p,
+            "coverage_se": float(np.sqrt(p * (1 - p) / n_given)) if n_given else None,
+            ("false_positive_rate" if truth_name == "zero" else "power"):
+                float(np.mean(above[given])) if n_given else None,
+            "withheld": float(np.mean(withheld)),
+            "mean_point": float(np.mean(points)),
+            # the mean interval width over the width a normal interval of the estimator's actual spread across
+            # data sets would have (2 x 1.96 sd): above 1, conservative
+            "width_ratio": float(np.mean(widths[given]) / (2 * 1.959964 * np.std(points))) if n_given else None}
+
+
 def set_coverage(args) -> dict:
     """Coverage and power of ``distribution_bootstrap``'s KID and bias-corrected FD intervals (data sets spread
     over ``--jobs`` processes; each depends on its own seed alone)."""
     d = args.set_dim
     sigma = np.diag(np.linspace(0.5, 2.0, d))
-    shift = np.zeros(d)
     axis = getattr(args, "set_shift_axis", 0)
-    shift[axis] = args.set_shift
     out = {"dim": d, "episodes": args.set_episodes, "frames_per_episode": args.set_frames, "rho": args.set_rho,
            "shift": args.set_shift, "datasets": args.set_datasets, "n_resamples": args.set_resamples,
            "confidence_level": 0.95, "cells": []}
     if axis:                  # the high-axis parts; the others' shift lies along the lowest-variance axis (0.5)
         out["shift_axis_variance"] = float(sigma[axis, axis])
-    truths = (("zero", np.zeros(d)), ("shift", shift), ("large shift", 3 * shift))
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for truth_name, delta in truths[:getattr(args, "set_truths", 3)]:
-            values = {"kid": true_kid(np.zeros(d), sigma, delta, sigma), "fd_bias_corrected": float(delta @ delta)}
-            values = {m: v for m, v in values.items() if m in getattr(args, "set_metrics", SET_METRICS)}
+        for truth_name, delta, values in _set_truths(args)[:getattr(args, "set_truths", 3)]:
             for design in ("paired", "unpaired"):
                 res = list(pool.map(_set_dataset, [(args, truth_name, delta, design, i, values)
                                                    for i in range(args.set_datasets)], chunksize=4))
                 for m, truth in values.items():
-                    hits, above, points, widths, withheld = (np.array([r[m][k] for r in res]) for k in range(5))
-                    # Coverage, power and width over the intervals given; a withheld one (the bias-corrected FD's
-                    # two-scale check failed) is counted apart, as the share of data sets without an interval.
-                    given = ~withheld
-                    n_given = int(given.sum())
-                    p = float(np.mean(hits[given])) if n_given else None        # None: no interval given
-                    cell = {"metric": m, "truth": truth_name, "true_value": truth, "design": design, "coverage": p,
-                            "coverage_se": float(np.sqrt(p * (1 - p) / n_given)) if n_given else None,
-                            ("false_positive_rate" if truth_name == "zero" else "power"):
-                                float(np.mean(above[given])) if n_given else None,
-                            "withheld": float(np.mean(withheld)),
-                            "mean_point": float(np.mean(points)),
-                            # the mean interval width over the width a normal interval of the estimator's actual
-                            # spread across data sets would have (2 x 1.96 sd): above 1, conservative
-                            "width_ratio": float(np.mean(widths[given]) / (2 * 1.959964 * np.std(points)))
-                            if n_given else None}
+                    cell = _cell_summary(res, m, truth_name, truth, design)
                     out["cells"].append(cell)
                     print(json.dumps({"dim": d, "episodes": args.set_episodes, **cell}), flush=True)
     return out
@@ -230,31 +252,62 @@ SET_PARTS = ("sets", "sets_more_episodes", "sets_mid", "sets_wide", "sets_high_a
              "sets_mid_high_axis")
 
 
+def _part_args(args: argparse.Namespace, key: str) -> argparse.Namespace | None:
+    """The options ``set_coverage`` runs part ``key`` with: ``sets`` at ``--set-episodes``, ``sets_more_episodes``
+    at ``--set-more-episodes``, ``sets_mid`` at ``--set-mid-dim``, ``sets_wide`` at ``--set-wide-dim`` (with
+    ``--set-wide-datasets``); ``sets_high_axis`` and ``sets_more_episodes_high_axis``, the first two with the shift
+    along the highest-variance axis, and ``sets_mid_high_axis``, ``sets_mid`` with it there. None for a part whose
+    option is 0."""
+    more, mid, wide = args.set_more_episodes, args.set_mid_dim, args.set_wide_dim
+    changes = {"sets": {}, "sets_more_episodes": more and {"set_episodes": more},
+               "sets_mid": mid and {"set_dim": mid},
+               "sets_wide": wide and {"set_dim": wide, "set_datasets": args.set_wide_datasets},
+               "sets_high_axis": {"set_shift_axis": -1},
+               "sets_more_episodes_high_axis": more and {"set_episodes": more, "set_shift_axis": -1},
+               "sets_mid_high_axis": mid and {"set_dim": mid, "set_shift_axis": -1}}[key]
+    return None if changes == 0 else argparse.Namespace(**{**vars(args), **changes})
+
+
 def set_cells(args: argparse.Namespace) -> dict:
-    """The set-level parts: ``sets`` at ``--set-episodes``, ``sets_more_episodes`` at ``--set-more-episodes``,
-    ``sets_mid`` at ``--set-mid-dim`` and ``sets_wide`` at ``--set-wide-dim``; ``sets_high_axis`` and
-    ``sets_more_episodes_high_axis``, the first two with the shift along the highest-variance axis, and
-    ``sets_mid_high_axis``, ``sets_mid`` with it there. A part whose
-    option is 0 is left out."""
-    parts = set(args.parts or SET_PARTS)
-    out = {"sets": set_coverage(args)} if "sets" in parts else {}
-    if args.set_more_episodes and "sets_more_episodes" in parts:
-        out["sets_more_episodes"] = set_coverage(argparse.Namespace(**{**vars(args),
-                                                                       "set_episodes": args.set_more_episodes}))
-    if args.set_mid_dim and "sets_mid" in parts:
-        out["sets_mid"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_mid_dim}))
-    if args.set_wide_dim and "sets_wide" in parts:
-        out["sets_wide"] = set_coverage(argparse.Namespace(**{**vars(args), "set_dim": args.set_wide_dim,
-                                                              "set_datasets": args.set_wide_datasets}))
-    if "sets_high_axis" in parts:
-        out["sets_high_axis"] = set_coverage(argparse.Namespace(**{**vars(args), "set_shift_axis": -1}))
-    if args.set_more_episodes and "sets_more_episodes_high_axis" in parts:
-        out["sets_more_episodes_high_axis"] = set_coverage(argparse.Namespace(
-            **{**vars(args), "set_episodes": args.set_more_episodes, "set_shift_axis": -1}))
-    if args.set_mid_dim and "sets_mid_high_axis" in parts:
-        out["sets_mid_high_axis"] = set_coverage(argparse.Namespace(
-            **{**vars(args), "set_dim": args.set_mid_dim, "set_shift_axis": -1}))
+    """The set-level parts (:func:`_part_args`), those named by ``--parts`` (default: all)."""
+    out = {}
+    for key in SET_PARTS:
+        if key in set(args.parts or SET_PARTS) and (part := _part_args(args, key)) is not None:
+            out[key] = set_coverage(part)
     return out
+
+
+def confirm(args: argparse.Namespace, old: dict) -> dict:
+    """Rerun each set-level cell outside 93-97% by more than chance on its screen (the scorecard's rule,
+    ``wmeval.report.scorecard.screen_flags``) on ``--confirm-datasets`` data sets its screen did not use: indices
+    from the part's ``datasets`` on, with the part's own design as stored (dimension, episodes, rows, rho, shift and
+    its axis, resamples). A flag a cell earned by chance alone then falls back within chance; the scorecard counts
+    a screened cell as outside only where its rerun is outside on the same side too."""
+    from wmeval.report.scorecard import screen_flags
+
+    cells = []
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
+        run_all = partial(pool.map, chunksize=4) if pool is not None else map      # one job: in this process
+        for flag in screen_flags(old):
+            part = old[flag["part"]]
+            first = part["datasets"]
+            run = argparse.Namespace(**{**vars(args), "set_dim": part["dim"], "set_episodes": part["episodes"],
+                                        "set_frames": part["frames_per_episode"], "set_rho": part["rho"],
+                                        "set_shift": part["shift"], "set_resamples": part["n_resamples"],
+                                        "set_shift_axis": -1 if "shift_axis_variance" in part else 0,
+                                        "set_metrics": [flag["metric"]]})
+            truth_name, delta, values = next(t for t in _set_truths(run) if t[0] == flag["truth"])
+            screen = next(c for c in part["cells"] if (c["metric"], c["truth"], c["design"])
+                          == (flag["metric"], flag["truth"], flag["design"]))
+            res = list(run_all(_set_dataset, [(run, truth_name, delta, flag["design"], i, values)
+                                              for i in range(first, first + args.confirm_datasets)]))
+            cell = {"part": flag["part"], "first_dataset": first, "datasets": args.confirm_datasets,
+                    "screen": {"coverage": screen["coverage"], "width_ratio": screen["width_ratio"],
+                               "datasets": first, "side": "too narrow" if flag["side"] < 0 else "too wide"},
+                    **_cell_summary(res, flag["metric"], truth_name, values[flag["metric"]], flag["design"])}
+            cells.append(cell)
+            print(json.dumps(cell), flush=True)
+    return {"datasets": args.confirm_datasets, "seed": args.seed, "cells": cells}
 
 
 def merge_metrics(old: dict, new: dict, metrics: list[str]) -> dict:
@@ -304,13 +357,19 @@ def main() -> None:
                     help="with --only sets: run these metrics' cells and keep the others' figures (default: both)")
     ap.add_argument("--parts", nargs="+", choices=SET_PARTS, default=None,
                     help="with --only sets: run these set-level parts and keep the others' figures (default: all)")
-    ap.add_argument("--only", choices=["means", "sets", "bias"], default=None,
-                    help="run one part and keep the other's figures from the existing results file")
+    ap.add_argument("--only", choices=["means", "sets", "bias", "confirm"], default=None,
+                    help="run one part and keep the other's figures from the existing results file (confirm: rerun "
+                         "the set-level cells outside 93-97%% beyond chance on fresh data sets)")
+    ap.add_argument("--confirm-datasets", type=int, default=1000,
+                    help="with --only confirm: data sets per rerun cell, none of them its screen's")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "coverage.json"))
     args = ap.parse_args()
     if set(args.set_metrics) != set(SET_METRICS) and args.only != "sets":
         ap.error("--set-metrics leaves a metric's cells out: use it with --only sets, which keeps their old figures")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    if args.only == "confirm":
+        Path(args.out).write_text(json.dumps({**old, "confirmation": confirm(args, old)}, indent=2) + "\n")
+        return
     if args.only == "bias":
         Path(args.out).write_text(json.dumps({**old, "fd_bias": fd_bias(args)}, indent=2) + "\n")
         return
@@ -339,6 +398,8 @@ def main() -> None:
     res["frechet"] = frechet_coverage(args)
     res.update({k: old.get(k) for k in SET_PARTS} if args.only == "means" else set_cells(args))
     res["fd_bias"] = old.get("fd_bias") if args.only == "means" else fd_bias(args)
+    if args.only == "means" and old.get("confirmation"):
+        res["confirmation"] = old["confirmation"]      # the set-level cells it reran are unchanged
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -131,6 +131,51 @@ def test_coverage_reruns_of_one_metric_keep_the_others_cells_in_place():
     assert mod.merge_metrics(old, new, ["kid", "fd_bias_corrected"])["sets"] == new["sets"]
 
 
+
+def test_coverage_confirm_reruns_each_flagged_cell_on_fresh_data_sets_of_its_own_design():
+    """benchmarks/coverage.py --only confirm: each cell outside 93-97% beyond chance on its screen is rerun on data
+    sets from the part's count on (none of the screen's), with the part's stored design rather than the command
+    line's; its figures are those of _set_dataset on exactly those data sets, stamped with the screen's figures."""
+    import argparse
+
+    mod = _script("coverage.py")
+    part = {"dim": 3, "episodes": 5, "frames_per_episode": 3, "rho": 0.3, "shift": 0.8, "datasets": 400,
+            "n_resamples": 40, "cells": [
+                {"metric": "kid", "truth": "shift", "design": "unpaired", "coverage": 0.85, "width_ratio": 0.9,
+                 "withheld": 0.0, "power": 0.5},                              # too narrow on its screen
+                {"metric": "kid", "truth": "zero", "design": "paired", "coverage": 0.95, "width_ratio": 1.0,
+                 "withheld": 0.0, "false_positive_rate": 0.05}]}             # within 93-97%: not rerun
+    high = {**part, "shift_axis_variance": 2.0, "cells": [{**part["cells"][0], "coverage": 0.995}]}
+    # a part of 150 data sets, its flagged cell the FD's at a true 0 with paired sides
+    wide = {**part, "dim": 2, "datasets": 150, "cells": [{
+        "metric": "fd_bias_corrected", "truth": "zero", "design": "paired", "coverage": 1.0, "width_ratio": 0.9,
+        "withheld": 0.0, "false_positive_rate": 0.0}, {**part["cells"][0], "coverage": 0.96}]}
+    args = argparse.Namespace(jobs=1, confirm_datasets=4, seed=0, set_dim=4, set_episodes=32, set_frames=10,
+                              set_rho=0.5, set_shift=0.5, set_resamples=500, set_datasets=400,
+                              set_metrics=["kid", "fd_bias_corrected"])
+    got = mod.confirm(args, {"sets": part, "sets_wide": wide, "sets_high_axis": high})
+    expected = [("sets", "kid", "shift", "unpaired", 0, 3, 400, 0.85, "too narrow"),
+                ("sets_wide", "fd_bias_corrected", "zero", "paired", 0, 2, 150, 1.0, "too wide"),
+                ("sets_high_axis", "kid", "shift", "unpaired", -1, 3, 400, 0.995, "too wide")]
+    assert [(c["part"], c["metric"], c["truth"], c["design"]) for c in got["cells"]] == [e[:4] for e in expected]
+    for c, (_, metric, truth, design, axis, dim, first, screen, side) in zip(got["cells"], expected):
+        assert c["first_dataset"] == first and c["datasets"] == 4
+        assert c["screen"] == {"coverage": screen, "width_ratio": 0.9, "datasets": first, "side": side}
+        run = argparse.Namespace(**{**vars(args), "set_dim": dim, "set_episodes": 5, "set_frames": 3, "set_rho": 0.3,
+                                    "set_shift": 0.8, "set_resamples": 40, "set_shift_axis": axis,
+                                    "set_metrics": [metric]})
+        truths = {t[0]: t for t in mod._set_truths(run)}
+        _, delta, values = truths[truth]
+        assert c["true_value"] == values[metric] and delta[axis] == (0.8 if truth == "shift" else 0.0)
+
+        def recount(start):
+            res = [mod._set_dataset((run, truth, delta, design, i, values)) for i in range(start, start + 4)]
+            return mod._cell_summary(res, metric, truth, values[metric], design)
+
+        fresh = recount(first)
+        assert {k: c[k] for k in fresh} == fresh
+        assert recount(0)["mean_point"] != c["mean_point"]            # not the screen's data sets
+
 def test_kid_switch_rules_are_compared_on_the_dumped_data_sets(tmp_path):
     """kid_interval_variants.py --compare-rules: per cell, the share of data sets whose chosen interval holds the
     truth; z > 2 takes the bootstrap-t only where the point is over 2 standard errors above 0."""

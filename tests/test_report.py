@@ -270,6 +270,98 @@ def test_cells_outside_93_97_beyond_chance_are_named():
     assert coverage_glance(inside)[2].endswith("none too narrow; none too wide.")
 
 
+def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it():
+    """A cell outside 93-97% beyond chance on its screen, rerun on data sets the screen did not use
+    (coverage.json's confirmation, benchmarks/coverage.py --only confirm), counts only where the rerun lies outside
+    on the same side by more than chance too; a rerun made for other screen figures (stale), or on fewer data sets
+    than the screen's, is not used; the scorecard says which flags the reruns kept."""
+    from wmeval.report.scorecard import beyond_chance, coverage_glance, coverage_note, screen_flags, unconfirmed
+
+    def cell(metric, truth, design, p, width=1.0):
+        return {"metric": metric, "truth": truth, "design": design, "coverage": p, "withheld": 0.0,
+                "width_ratio": width, ("false_positive_rate" if truth == "zero" else "power"): 0.5}
+
+    sets = {"dim": 4, "episodes": 32, "frames_per_episode": 10, "rho": 0.5, "datasets": 400, "cells": [
+        cell("kid", "shift", "paired", 0.8925, 0.98),            # too narrow on the screen
+        cell("fd_bias_corrected", "shift", "unpaired", 0.99, 1.42),  # too wide
+        cell("kid", "large shift", "unpaired", 0.995, 1.5),       # too wide
+        cell("kid", "zero", "paired", 0.95)]}
+
+    def rerun(metric, truth, design, p, screen_p, width, datasets=1000, withheld=0.0):
+        return {"part": "sets", "metric": metric, "truth": truth, "design": design, "coverage": p,
+                "datasets": datasets, "withheld": withheld,
+                "screen": {"coverage": screen_p, "width_ratio": width, "datasets": 400}}
+
+    full = {"cluster": {"coverage": 0.95, "coverage_se": 0.01}, "iid_frames": {"coverage": 0.4}, "datasets": 500,
+            "episodes": 64, "frames_per_episode": 16, "rho": 0.8, "confidence_level": 0.95, "sets": sets}
+    assert beyond_chance(full) == (["KID paired shift 89.2% (32 episodes, d = 4)"],
+                                   ["bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
+                                    "KID unpaired large shift 99.5% (32 episodes, d = 4)"])
+    confirmed = {**full, "confirmation": {"datasets": 1000, "cells": [
+        # 92.6% of 1000: 0.5 SE below 93%, within chance: the screen's flag is not kept
+        rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98),
+        # 98.9% of 1000: 3.6 SE above 97%, kept, with the rerun's figure
+        rerun("fd_bias_corrected", "shift", "unpaired", 0.989, 0.99, 1.42),
+        # 98.2% of 1000: 2.2 SE above, but 3.7% withheld leaves 963 given: 2.2 SE still; kept
+        rerun("kid", "large shift", "unpaired", 0.982, 0.995, 1.5, withheld=0.037)]}}
+    assert beyond_chance(confirmed) == ([], [
+        "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4; 98.9% on 1000 fresh data sets)",
+        "KID unpaired large shift 99.5% (32 episodes, d = 4; 98.2% on 1000 fresh data sets, 963 intervals given)"])
+    assert unconfirmed(confirmed) == ["KID paired shift 89.2% (32 episodes, d = 4; 92.6% on 1000 fresh data sets)"]
+    assert [f["confirmed"] for f in screen_flags(confirmed)] == [False, True, True]
+    # A rerun outside on the other side does not confirm the flag; the rerun's withheld data sets are not counted
+    # as given (98.2% of 500 given is 1.6 SE above 97%: within chance).
+    other = {**confirmed, "confirmation": {"cells": [rerun("kid", "shift", "paired", 0.99, 0.8925, 0.98),
+                                                     rerun("kid", "large shift", "unpaired", 0.982, 0.995, 1.5,
+                                                           withheld=0.5)]}}
+    assert [f["confirmed"] for f in screen_flags(other)] == [False, None, False]
+    # Stale: made for other screen figures (the part rerun since), or for another data-set count; or smaller than
+    # the screen: not used, and the screen's flag stands.
+    for bad in (rerun("kid", "shift", "paired", 0.926, 0.90, 0.98), rerun("kid", "shift", "paired", 0.926, 0.8925, 0.97),
+                {**rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98), "screen": {
+                    "coverage": 0.8925, "width_ratio": 0.98, "datasets": 300}},
+                rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98, datasets=200),
+                {**rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98), "part": "sets_more_episodes"}):
+        stale = {**full, "confirmation": {"cells": [bad]}}
+        assert beyond_chance(stale)[0] == ["KID paired shift 89.2% (32 episodes, d = 4)"], bad
+        assert unconfirmed(stale) == [] and screen_flags(stale)[0]["confirmation"] is None
+    # The first screen counts what the reruns kept and names the flags they did not; the note names those too.
+    _, _, tail = coverage_glance(confirmed)
+    assert "none too narrow; too wide (conservative): 2 cells." in tail
+    assert ("past the nearer end, on its screen and, where rerun, again on data sets the screen did not use): "
+            "none too narrow;") in tail
+    assert tail.endswith("Of the 3 cells outside on their screen, 3 were rerun (`python benchmarks/coverage.py --only "
+                         "confirm`): 2 outside on the same side again; within chance on the rerun: KID paired shift "
+                         "89.2% (32 episodes, d = 4; 92.6% on 1000 fresh data sets).")
+    assert "Of the 3 cells outside on their screen, 2 were rerun" in coverage_glance(other)[2]
+    assert "rerun" not in coverage_glance(full)[2]
+    # A rerun as large as the screen is used.
+    same = {**full, "confirmation": {"cells": [rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98, datasets=400)]}}
+    assert screen_flags(same)[0]["confirmed"] is False and unconfirmed(same)
+    # A rerun with withheld data sets says how many intervals it gave.
+    assert "98.2% on 1000 fresh data sets, 963 intervals given)" in beyond_chance(confirmed)[1][1]
+    # A screen rerun with the same code repeats its width ratio only to about 1e-14: the rerun still matches.
+    near = {**full, "sets": {**sets, "cells": [{**sets["cells"][0], "width_ratio": 0.98 * (1 + 1e-13)},
+                                               *sets["cells"][1:]]}, "confirmation": confirmed["confirmation"]}
+    assert screen_flags(near)[0]["confirmed"] is False
+    # The oracle's count takes only the kept flags: a too-wide cell whose rerun is within chance is not counted.
+    from wmeval.report.scorecard import oracle_wide
+
+    oracle = {"rho": 0.5, "frames_per_episode": 10, "cells": [
+        {"dim": 4, "episodes": 32, "design": "unpaired", "truth": t, "axis": "lowest", "true_value": v, "datasets": 500,
+         "estimated_raised": {"coverage": 0.996}} for t, v in (("shift", 0.25), ("large shift", 2.25))]}
+    sets_sized = {**sets, "shift": 0.5}
+    assert oracle_wide({**full, "sets": sets_sized}, oracle) == [
+        "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)", "KID unpaired large shift 99.5% (32 episodes, d = 4)"]
+    within = {**confirmed, "sets": sets_sized, "confirmation": {"cells": [
+        rerun("fd_bias_corrected", "shift", "unpaired", 0.975, 0.99, 1.42),
+        rerun("kid", "large shift", "unpaired", 0.982, 0.995, 1.5, withheld=0.037)]}}
+    assert oracle_wide(within, oracle) == [
+        "KID unpaired large shift 99.5% (32 episodes, d = 4; 98.2% on 1000 fresh data sets, 963 intervals given)"]
+    assert ("Outside on their screen, within chance on data sets the screen did not use: KID paired shift 89.2% "
+            "(32 episodes, d = 4; 92.6% on 1000 fresh data sets).") in coverage_note(confirmed)
+
+
 def test_a_point_outside_its_interval_is_flagged():
     from wmeval.report.scorecard import cell
 

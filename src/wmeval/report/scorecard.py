@@ -461,7 +461,7 @@ def _cell_result(c: dict, datasets: int) -> str:
 
 def _chance_cells(cov: dict[str, Any]) -> list[tuple[str, float, int, dict]]:
     """The set-level cells :func:`beyond_chance` tests: ``(name, coverage, intervals given, where)``, ``where`` the
-    cell's ``metric``, ``design``, ``truth``, ``dim``, ``episodes``, ``axis`` (``lowest`` or ``highest``), ``rho``,
+    cell's ``part`` (its key in coverage.json), ``metric``, ``design``, ``truth``, ``dim``, ``episodes``, ``axis`` (``lowest`` or ``highest``), ``rho``,
     ``frames`` and the shift's ``size`` along the axis. Left
     out: the high-axis parts' truth-0 cells (their lowest-axis part's data sets again) and cells over half withheld."""
     out = []
@@ -478,7 +478,7 @@ def _chance_cells(cov: dict[str, Any]) -> list[tuple[str, float, int, dict]]:
                 continue
             name = f"{_metric_name(c['metric'])} {c['design']} {c['truth']} {p:.1%} ({place})"
             shift = part.get("shift", sets.get("shift"))
-            where = {"metric": c["metric"], "design": c["design"], "truth": c["truth"], "dim": dim,
+            where = {"part": key, "metric": c["metric"], "design": c["design"], "truth": c["truth"], "dim": dim,
                      "episodes": part["episodes"], "axis": "highest" if axis else "lowest",
                      "rho": part.get("rho", sets.get("rho")),
                      "frames": part.get("frames_per_episode", sets.get("frames_per_episode")),
@@ -498,19 +498,88 @@ def _outside(p: float, n: int, low: float = 0.93, high: float = 0.97, z: float =
     return 0
 
 
+def _confirmation(cov: dict[str, Any], where: dict) -> dict | None:
+    """coverage.json's confirmation of a cell (``python benchmarks/coverage.py --only confirm``: the cell rerun on
+    data sets its screen did not use), when it confirms the cell's current figures: the screen's coverage, width ratio
+    and data-set count it was made for equal the cell's now (a part rerun since leaves it stale, and unused), and
+    it has at least the screen's data sets (a smaller rerun is a weaker test than the screen; unused)."""
+    part = cov.get(where["part"]) or {}
+    now = next((c for c in part.get("cells", []) if (c["metric"], c["truth"], c["design"])
+                == (where["metric"], where["truth"], where["design"])), None)
+    for c in (cov.get("confirmation") or {}).get("cells", []):
+        screen = c.get("screen") or {}
+        if (now is not None and (c.get("part"), c.get("metric"), c.get("truth"), c.get("design"))
+                == (where["part"], where["metric"], where["truth"], where["design"])
+                and (screen.get("coverage"), screen.get("datasets")) == (now.get("coverage"), part.get("datasets"))
+                and _same(screen.get("width_ratio"), now.get("width_ratio"))
+                and c.get("coverage") is not None and (c.get("datasets") or 0) >= part.get("datasets", 0)):
+            return c
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two stored figures equal to 1e-9 relative (a screen rerun with the same code repeats its width ratio to about
+    1e-14, the FD's summed in another order)."""
+    try:
+        return bool(np.isclose(float(a), float(b), rtol=1e-9, atol=0.0))
+    except (TypeError, ValueError):
+        return a is None and b is None
+
+
+def screen_flags(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: float = 1.959964) -> list[dict]:
+    """The set-level cells outside ``[low, high]`` by more than sampling noise on their screen (coverage.json's part):
+    each ``where`` of :func:`_chance_cells` with ``name``, ``coverage``, ``given`` (intervals given), ``side`` (-1 too
+    narrow, 1 too wide) and ``confirmation``: its rerun on fresh data sets (:func:`_confirmation`; None without one),
+    with ``confirmed`` whether that rerun lies outside on the same side by more than chance too (None without one).
+    ``benchmarks/coverage.py --only confirm`` reruns these cells."""
+    out = []
+    for name, p, n, w in _chance_cells(cov):
+        side = _outside(p, n, low, high, z)
+        if side == 0:
+            continue
+        conf = _confirmation(cov, w)
+        confirmed = None
+        if conf is not None:
+            given = round((1.0 - (conf.get("withheld") or 0.0)) * conf["datasets"])
+            confirmed = given > 0 and _outside(conf["coverage"], given, low, high, z) == side
+        out.append({**w, "name": name, "coverage": p, "given": n, "side": side, "confirmation": conf,
+                    "confirmed": confirmed})
+    return out
+
+
 def beyond_chance(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: float = 1.959964
                   ) -> tuple[list[str], list[str]]:
     """The set-level cells whose coverage lies outside ``[low, high]`` by more than sampling noise: more than ``z``
     binomial standard errors past the nearer end, the error taken at that end with the cell's intervals given (data
     sets less those the bias check withheld; cells with over half withheld are left out). Exact 95% intervals would
     land outside 93-97% in 5.0% of 400-data-set cells by chance alone (exact binomial; 25.8% at 150); this names
-    the ones chance does not explain. Returns ``(too narrow, too wide)``, each cell as "KID paired shift 89.2%
-    (32 episodes, d = 4)"."""
+    the ones chance does not explain. A cell rerun on fresh data sets (:func:`screen_flags`' confirmation) counts only
+    where the rerun lies outside on the same side by more than chance too (:func:`unconfirmed` lists the others), and
+    its name then carries the rerun's figure. Returns ``(too narrow, too wide)``, each cell as "KID paired shift 89.2%
+    (32 episodes, d = 4)" or "... (32 episodes, d = 4; 99.4% on 1000 fresh data sets)"."""
     narrow, wide = [], []
-    for name, p, n, _ in _chance_cells(cov):
-        side = _outside(p, n, low, high, z)
-        (narrow if side < 0 else wide if side > 0 else []).append(name)
+    for f in screen_flags(cov, low, high, z):
+        if f["confirmed"] is False:
+            continue
+        (narrow if f["side"] < 0 else wide).append(_named(f))
     return narrow, wide
+
+
+def _named(flag: dict) -> str:
+    """A flagged cell's name (:func:`screen_flags`), with its rerun's figure where it has one."""
+    conf = flag["confirmation"]
+    if conf is None:
+        return flag["name"]
+    given = round((1.0 - (conf.get("withheld") or 0.0)) * conf["datasets"])
+    return (f"{flag['name'][:-1]}; {conf['coverage']:.1%} on {conf['datasets']} fresh data sets"
+            + (f", {given} intervals given" if given != conf["datasets"] else "") + ")")
+
+
+def unconfirmed(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: float = 1.959964) -> list[str]:
+    """The cells outside ``[low, high]`` beyond chance on their screen that their rerun on fresh data sets puts within
+    chance of it (:func:`screen_flags`), as "KID paired shift 89.2% (32 episodes, d = 4, highest axis; 92.6% on 1000
+    fresh data sets)"."""
+    return [_named(f) for f in screen_flags(cov, low, high, z) if f["confirmed"] is False]
 
 
 def oracle_wide(cov: dict[str, Any], oracle: dict[str, Any] | None) -> list[str]:
@@ -531,9 +600,10 @@ def oracle_wide(cov: dict[str, Any], oracle: dict[str, Any] | None) -> list[str]
             continue
         cells[key] = c
     out = []
-    for name, p, n, w in _chance_cells(cov):
-        if _outside(p, n) <= 0 or w["size"] is None or (rho, frames) != (w["rho"], w["frames"]):
+    for w in screen_flags(cov):
+        if w["side"] <= 0 or w["confirmed"] is False or w["size"] is None or (rho, frames) != (w["rho"], w["frames"]):
             continue
+        name = _named(w)
         o = cells.get((w["dim"], w["episodes"], w["design"], w["truth"], w["axis"], round(float(w["size"]), 9)))
         raised = ((o or {}).get("estimated_raised") or {}).get("coverage")
         datasets = (o or {}).get("datasets")
@@ -633,11 +703,21 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
     tail = (f"Of {len(tested)} cells tested ({total} in {len(present)} part{'s' * (len(present) != 1)}: "
             f"{' and '.join(map(str, episodes))} episodes, d = {', '.join(map(str, dims))}, the shift along {axes}; "
             "the repeated truth-0 cells and mostly withheld ones left out), outside 93-97% by more than chance "
-            "(over 1.96 binomial standard errors past the nearer end): "
+            "(over 1.96 binomial standard errors past the nearer end"
+            + (", on its screen and, where rerun, again on data sets the screen did not use"
+               if any(f["confirmation"] is not None for f in screen_flags(cov)) else "") + "): "
             + ("; ".join(part for part in (
                 f"too narrow: {', '.join(narrow_)}" if narrow_ else "none too narrow",
                 f"too wide (conservative): {len(wide_)} cell{'s' * (len(wide_) != 1)}" if wide_ else "none too wide")))
             + ".")
+    flags = screen_flags(cov)
+    rerun = [f for f in flags if f["confirmation"] is not None]
+    if rerun:
+        held = [f for f in rerun if f["confirmed"]]
+        tail += (f" Of the {len(flags)} cells outside on their screen, {len(rerun)} were rerun (`python "
+                 f"benchmarks/coverage.py --only confirm`): {len(held)} outside on the same side again"
+                 + (f"; within chance on the rerun: {', '.join(unconfirmed(cov))}" if len(held) < len(rerun) else "")
+                 + ".")
     rule = oracle_wide(cov, cov.get("direction_oracle"))
     if rule:
         tail += (f" In {len(rule)} of the too-wide, the boundary test's rule covers above 97% too in the Gaussian mean "
@@ -720,6 +800,9 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
                          f"too narrow: {', '.join(narrow_)}" if narrow_ else "",
                          f"too wide (conservative): {', '.join(wide_)}" if wide_ else "")
                          if part) + ".")
+        if (within := unconfirmed(cov)):
+            text += (" Outside on their screen, within chance on data sets the screen did not use: "
+                     + ", ".join(within) + ".")
         rule = oracle_wide(cov, cov.get("direction_oracle"))
         if rule:
             text += (f" Of those too wide, {', '.join(rule)}: there the boundary test's rule covers above 97% too in "
