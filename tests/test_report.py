@@ -317,7 +317,8 @@ def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it():
     assert [f["confirmed"] for f in screen_flags(other)] == [False, None, False]
     # Stale: made for other screen figures (the part rerun since), or for another data-set count; or smaller than
     # the screen: not used, and the screen's flag stands.
-    for bad in (rerun("kid", "shift", "paired", 0.926, 0.90, 0.98), rerun("kid", "shift", "paired", 0.926, 0.8925, 0.97),
+    for bad in (rerun("kid", "shift", "paired", 0.926, 0.90, 0.98),
+                rerun("kid", "shift", "paired", 0.926, 0.8925, 0.97),
                 {**rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98), "screen": {
                     "coverage": 0.8925, "width_ratio": 0.98, "datasets": 300}},
                 rerun("kid", "shift", "paired", 0.926, 0.8925, 0.98, datasets=200),
@@ -352,7 +353,8 @@ def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it():
          "estimated_raised": {"coverage": 0.996}} for t, v in (("shift", 0.25), ("large shift", 2.25))]}
     sets_sized = {**sets, "shift": 0.5}
     assert oracle_wide({**full, "sets": sets_sized}, oracle) == [
-        "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)", "KID unpaired large shift 99.5% (32 episodes, d = 4)"]
+        "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
+        "KID unpaired large shift 99.5% (32 episodes, d = 4)"]
     within = {**confirmed, "sets": sets_sized, "confirmation": {"cells": [
         rerun("fd_bias_corrected", "shift", "unpaired", 0.975, 0.99, 1.42),
         rerun("kid", "large shift", "unpaired", 0.982, 0.995, 1.5, withheld=0.037)]}}

@@ -461,8 +461,8 @@ def _cell_result(c: dict, datasets: int) -> str:
 
 def _chance_cells(cov: dict[str, Any]) -> list[tuple[str, float, int, dict]]:
     """The set-level cells :func:`beyond_chance` tests: ``(name, coverage, intervals given, where)``, ``where`` the
-    cell's ``part`` (its key in coverage.json), ``metric``, ``design``, ``truth``, ``dim``, ``episodes``, ``axis`` (``lowest`` or ``highest``), ``rho``,
-    ``frames`` and the shift's ``size`` along the axis. Left
+    cell's ``part`` (its key in coverage.json), ``metric``, ``design``, ``truth``, ``dim``, ``episodes``, ``axis``
+    (``lowest`` or ``highest``), ``rho``, ``frames`` and the shift's ``size`` along the axis. Left
     out: the high-axis parts' truth-0 cells (their lowest-axis part's data sets again) and cells over half withheld."""
     out = []
     sets = cov.get("sets") or {}
@@ -506,9 +506,11 @@ def _confirmation(cov: dict[str, Any], where: dict) -> dict | None:
     part = cov.get(where["part"]) or {}
     now = next((c for c in part.get("cells", []) if (c["metric"], c["truth"], c["design"])
                 == (where["metric"], where["truth"], where["design"])), None)
+    if now is None:
+        return None
     for c in (cov.get("confirmation") or {}).get("cells", []):
         screen = c.get("screen") or {}
-        if (now is not None and (c.get("part"), c.get("metric"), c.get("truth"), c.get("design"))
+        if ((c.get("part"), c.get("metric"), c.get("truth"), c.get("design"))
                 == (where["part"], where["metric"], where["truth"], where["design"])
                 and (screen.get("coverage"), screen.get("datasets")) == (now.get("coverage"), part.get("datasets"))
                 and _same(screen.get("width_ratio"), now.get("width_ratio"))
@@ -540,7 +542,7 @@ def screen_flags(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: 
         conf = _confirmation(cov, w)
         confirmed = None
         if conf is not None:
-            given = round((1.0 - (conf.get("withheld") or 0.0)) * conf["datasets"])
+            given = _given(conf)
             confirmed = given > 0 and _outside(conf["coverage"], given, low, high, z) == side
         out.append({**w, "name": name, "coverage": p, "given": n, "side": side, "confirmation": conf,
                     "confirmed": confirmed})
@@ -565,12 +567,17 @@ def beyond_chance(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z:
     return narrow, wide
 
 
+def _given(conf: dict) -> int:
+    """A rerun's intervals given: its data sets less those the bias check withheld."""
+    return round((1.0 - (conf.get("withheld") or 0.0)) * conf["datasets"])
+
+
 def _named(flag: dict) -> str:
     """A flagged cell's name (:func:`screen_flags`), with its rerun's figure where it has one."""
     conf = flag["confirmation"]
     if conf is None:
         return flag["name"]
-    given = round((1.0 - (conf.get("withheld") or 0.0)) * conf["datasets"])
+    given = _given(conf)
     return (f"{flag['name'][:-1]}; {conf['coverage']:.1%} on {conf['datasets']} fresh data sets"
             + (f", {given} intervals given" if given != conf["datasets"] else "") + ")")
 
@@ -694,6 +701,8 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
              "power against a shift, false positives at a true 0):")
     tested = _chance_cells(cov)
     narrow_, wide_ = beyond_chance(cov)
+    flags = screen_flags(cov)
+    rerun = [f for f in flags if f["confirmation"] is not None]
     present = [cov[k] for k in SET_PARTS if cov.get(k)]
     episodes = sorted({p["episodes"] for p in present})
     dims = sorted({p.get("dim", sets.get("dim")) for p in present})
@@ -704,19 +713,17 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
             f"{' and '.join(map(str, episodes))} episodes, d = {', '.join(map(str, dims))}, the shift along {axes}; "
             "the repeated truth-0 cells and mostly withheld ones left out), outside 93-97% by more than chance "
             "(over 1.96 binomial standard errors past the nearer end"
-            + (", on its screen and, where rerun, again on data sets the screen did not use"
-               if any(f["confirmation"] is not None for f in screen_flags(cov)) else "") + "): "
+            + (", on its screen and, where rerun, again on data sets the screen did not use" if rerun else "") + "): "
             + ("; ".join(part for part in (
                 f"too narrow: {', '.join(narrow_)}" if narrow_ else "none too narrow",
                 f"too wide (conservative): {len(wide_)} cell{'s' * (len(wide_) != 1)}" if wide_ else "none too wide")))
             + ".")
-    flags = screen_flags(cov)
-    rerun = [f for f in flags if f["confirmation"] is not None]
     if rerun:
         held = [f for f in rerun if f["confirmed"]]
+        within = [_named(f) for f in rerun if f["confirmed"] is False]
         tail += (f" Of the {len(flags)} cells outside on their screen, {len(rerun)} were rerun (`python "
                  f"benchmarks/coverage.py --only confirm`): {len(held)} outside on the same side again"
-                 + (f"; within chance on the rerun: {', '.join(unconfirmed(cov))}" if len(held) < len(rerun) else "")
+                 + (f"; within chance on the rerun: {', '.join(within)}" if within else "")
                  + ".")
     rule = oracle_wide(cov, cov.get("direction_oracle"))
     if rule:
