@@ -41,13 +41,23 @@ again with it along the highest (variance 2.0): coverage depends on how the diff
 ``--confirm-datasets`` data sets its screen did not use, with the part's stored design, into ``confirmation``: with
 some 70 cells tested at 5% each, a few flags are chance's, and a flag a rerun does not repeat is not counted by the
 scorecard (``wmeval.report.scorecard.screen_flags``).
+
+Every figure carries the run that computed it: ``run``, a key of the file's ``runs``, each the code (the sha256 of
+this script and of every ``wmeval`` module it imports, :func:`wmeval.core.digest.code_files`), the command, the
+packages, the numerical kernels in effect and the date. The scorecard names figures whose code has changed since
+(``wmeval.report.scorecard.stale_figures``). The code is read at the start and again at the end, and a run whose
+code changed meanwhile (its workers import the modules when they start) stops without writing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
 import json
 import os
+import platform
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
@@ -58,6 +68,10 @@ import numpy as np
 
 from wmeval.core.rng import make_rng
 from wmeval.estimators.resample import cluster_bootstrap
+
+#: What this script imports for its bookkeeping (the run stamp, the choice of cells to rerun), not its figures:
+#: left out of the run's code (:func:`wmeval.core.digest.code_files`).
+BOOKKEEPING = ("wmeval.core.digest", "wmeval.lineage", "wmeval.report")
 
 
 def frechet_coverage(args) -> dict:
@@ -283,12 +297,23 @@ def confirm(args: argparse.Namespace, old: dict) -> dict:
     from the part's ``datasets`` on, with the part's own design as stored (dimension, episodes, rows, rho, shift and
     its axis, resamples). A flag a cell earned by chance alone then falls back within chance; the scorecard counts
     a screened cell as outside only where its rerun is outside on the same side too."""
+    from wmeval.core.digest import changed_files
     from wmeval.report.scorecard import screen_flags
 
+    flags = screen_flags(old)
+    for flag in flags:
+        part = old[flag["part"]]
+        screen = next(c for c in part["cells"] if (c["metric"], c["truth"], c["design"])
+                      == (flag["metric"], flag["truth"], flag["design"]))
+        code = ((old.get("runs") or {}).get(screen.get("run")) or {}).get("code")
+        if code and (changed := changed_files(code)):
+            sys.exit(f"benchmarks/coverage.py --only confirm: {flag['name']} was screened with code that has changed "
+                     f"since ({', '.join(changed)}); a rerun cannot confirm that screen: rerun the screens first "
+                     "(--only sets)")
     cells = []
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
         run_all = partial(pool.map, chunksize=4) if pool is not None else map      # one job: in this process
-        for flag in screen_flags(old):
+        for flag in flags:
             part = old[flag["part"]]
             first = part["datasets"]
             run = argparse.Namespace(**{**vars(args), "set_dim": part["dim"], "set_episodes": part["episodes"],
@@ -324,6 +349,53 @@ def merge_metrics(old: dict, new: dict, metrics: list[str]) -> dict:
         cells = [fresh.pop((c["metric"], c["truth"], c["design"]), c) for c in prev["cells"]]
         out[key] = {**part, "cells": cells + list(fresh.values())}
     return out
+
+
+def run_stamp(argv: list[str]) -> tuple[str, dict]:
+    """``(key, stamp)`` for this run: the code its figures come from (this script and the ``wmeval`` modules it
+    imports, each file's sha256), the command, the packages, the numerical kernels in effect, Python and the date
+    (UTC); the key is the first 12 hex digits of the stamp's sha256."""
+    from wmeval.core.digest import code_files
+    from wmeval.lineage.provenance import kernels_in_effect, package_versions
+
+    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "command": " ".join(["python", "benchmarks/coverage.py", *argv]),
+             "code": code_files(Path(__file__), skip=BOOKKEEPING),
+             "packages": {k: v for k, v in package_versions().items() if k in ("numpy", "scipy", "torch")},
+             "kernels": kernels_in_effect(), "python": platform.python_version()}
+    return hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:12], stamp
+
+
+def check_code_unchanged(stamp: dict) -> None:
+    """Stop (exit 1, nothing written) where a file of the run's code changed while it ran: its workers import the
+    modules when they start, so its figures could come from either version."""
+    from wmeval.core.digest import changed_files
+
+    if (changed := changed_files(stamp["code"])):
+        sys.exit(f"benchmarks/coverage.py: {', '.join(changed)} changed while the run went on; its figures may come "
+                 "from either version, so nothing was written: rerun it")
+
+
+def _runs_in(res: dict) -> set[str]:
+    """The run keys a results file's figures carry (top level, each part, set-level cell and rerun)."""
+    keys = {res.get("run")}
+    for value in res.values():
+        if isinstance(value, dict):
+            keys.add(value.get("run"))
+            keys |= {c.get("run") for c in value.get("cells", []) if isinstance(c, dict)}
+    return keys - {None}
+
+
+def with_runs(res: dict, old: dict, key: str, stamp: dict) -> dict:
+    """``res`` with its ``runs``: ``old``'s and this run's (``key``), those no figure carries any more left out."""
+    runs = {**(old.get("runs") or {}), key: stamp}
+    used = _runs_in(res)
+    return {**{k: v for k, v in res.items() if k != "runs"}, "runs": {k: v for k, v in runs.items() if k in used}}
+
+
+def _write(path: str, res: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(res, indent=2) + "\n")
 
 
 def main() -> None:
@@ -367,16 +439,33 @@ def main() -> None:
     if set(args.set_metrics) != set(SET_METRICS) and args.only != "sets":
         ap.error("--set-metrics leaves a metric's cells out: use it with --only sets, which keeps their old figures")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    key, stamp = run_stamp(sys.argv[1:])
     if args.only == "confirm":
-        Path(args.out).write_text(json.dumps({**old, "confirmation": confirm(args, old)}, indent=2) + "\n")
-        return
-    if args.only == "bias":
-        Path(args.out).write_text(json.dumps({**old, "fd_bias": fd_bias(args)}, indent=2) + "\n")
-        return
-    if args.only == "sets":
-        Path(args.out).write_text(json.dumps({**old, **merge_metrics(old, set_cells(args), args.set_metrics)},
-                                             indent=2) + "\n")
-        return
+        res = {**old, "confirmation": {**confirm(args, old), "run": key}}
+    elif args.only == "bias":
+        res = {**old, "fd_bias": {**fd_bias(args), "run": key}}
+    elif args.only == "sets":
+        res = {**old, **merge_metrics(old, _tagged(set_cells(args), key), args.set_metrics)}
+    else:
+        res = {**means_coverage(args), "run": key}
+        res["frechet"] = {**frechet_coverage(args), "run": key}
+        res.update({k: old.get(k) for k in SET_PARTS} if args.only == "means" else _tagged(set_cells(args), key))
+        res["fd_bias"] = old.get("fd_bias") if args.only == "means" else {**fd_bias(args), "run": key}
+        if args.only == "means" and old.get("confirmation"):
+            res["confirmation"] = old["confirmation"]      # the set-level cells it reran are unchanged
+        print(json.dumps(res, indent=2))
+    check_code_unchanged(stamp)
+    _write(args.out, with_runs(res, old, key, stamp))
+
+
+def _tagged(parts: dict, key: str) -> dict:
+    """Set-level parts with each cell carrying run ``key`` (a part's cells may come from different runs: ``--only
+    sets --set-metrics`` keeps the other metric's)."""
+    return {k: {**part, "cells": [{**c, "run": key} for c in part["cells"]]} for k, part in parts.items()}
+
+
+def means_coverage(args: argparse.Namespace) -> dict:
+    """The episode-clustered and the frame-level iid intervals of a mean (the module docstring's first part)."""
     n, t, rho = args.episodes, args.frames, args.rho
     clusters = np.repeat(np.arange(n), t)
     frames = np.arange(n * t)
@@ -395,14 +484,7 @@ def main() -> None:
         p = hit[name] / args.datasets
         res[name] = {"coverage": p, "coverage_se": float(np.sqrt(p * (1 - p) / args.datasets)),
                      "median_width": float(np.median(width[name]))}
-    res["frechet"] = frechet_coverage(args)
-    res.update({k: old.get(k) for k in SET_PARTS} if args.only == "means" else set_cells(args))
-    res["fd_bias"] = old.get("fd_bias") if args.only == "means" else fd_bias(args)
-    if args.only == "means" and old.get("confirmation"):
-        res["confirmation"] = old["confirmation"]      # the set-level cells it reran are unchanged
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(json.dumps(res, indent=2))
+    return res
 
 
 if __name__ == "__main__":

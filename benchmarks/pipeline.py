@@ -52,8 +52,20 @@ from wmeval.core.parallel import usable_cores
 ROOT = Path(__file__).resolve().parents[1]
 #: The stages in dvc.yaml's order (what `dvc repro` runs), read from it so that a new stage is never left out.
 STAGES = tuple(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
-PROJECT = ["conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
-           "benchmarks/results/coverage.json"]
+
+
+def _inputs() -> list[str]:
+    """dvc.yaml's deps that no stage writes (the project's inputs: code, studies, the benchmark results the report
+    cites and the code behind them), so that a dep added there is never missing from the copy."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    outs = [o if isinstance(o, str) else next(iter(o)) for st in stages.values() for o in st.get("outs", [])]
+    deps = {d if isinstance(d, str) else next(iter(d)) for st in stages.values() for d in st.get("deps", [])}
+    return sorted(d for d in deps if not any(d == o or d.startswith(o.rstrip("/") + "/") for o in outs))
+
+
+_PATHS = {"conf", "stages", "src", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md", *_inputs()}
+#: What the copy holds: those paths, less the ones inside another (copied with it).
+PROJECT = sorted(p for p in _PATHS if not any(p.startswith(q + "/") for q in _PATHS))
 
 
 def make_project(dest: Path, overrides: list[str]) -> Path:

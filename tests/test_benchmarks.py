@@ -26,6 +26,25 @@ def bench():
     return _script("pipeline.py")
 
 
+def test_the_pipeline_benchmark_copies_every_input_the_stages_depend_on(bench):
+    """benchmarks/pipeline.py's project copy holds every dvc.yaml dep that no stage writes (the studies, the
+    benchmark results the report cites and their code), each once (no path inside another one copied)."""
+    import yaml
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    outs = [o if isinstance(o, str) else next(iter(o)) for st in stages.values() for o in st.get("outs", [])]
+    inputs = {d for st in stages.values() for d in st.get("deps", []) if not any(
+        d == o or d.startswith(o + "/") for o in outs)}
+    assert {"studies", "benchmarks/results/direction_oracle.json", "benchmarks/coverage.py"} <= inputs
+
+    def inside(p: str, q: str) -> bool:
+        return p == q or p.startswith(q + "/")
+
+    assert all(any(inside(d, p) for p in bench.PROJECT) for d in inputs)
+    assert not any(inside(p, q) for p in bench.PROJECT for q in bench.PROJECT if p != q)
+    assert all((ROOT / p).exists() for p in bench.PROJECT)
+
+
 def test_a_stage_process_is_timed_and_its_own_peak_memory_read(bench, tmp_path):
     """Peak RSS is the stage process's own (os.wait4), so a process that holds 400 MB reads above that and a
     bare interpreter far below; a failing process stops the benchmark with its stderr."""
@@ -175,6 +194,81 @@ def test_coverage_confirm_reruns_each_flagged_cell_on_fresh_data_sets_of_its_own
         fresh = recount(first)
         assert {k: c[k] for k in fresh} == fresh
         assert recount(0)["mean_point"] != c["mean_point"]            # not the screen's data sets
+
+def test_coverage_run_stamp_records_the_code_its_figures_come_from():
+    """A run's stamp holds the sha256 of coverage.py and of every wmeval module it imports (not its bookkeeping:
+    the scorecard, the digest), under a key that is the stamp's own digest; a file changed while the run went on
+    stops it, naming the file; the runs kept in the file are those its figures carry."""
+    import hashlib
+    import json
+
+    from wmeval.core.digest import file_sha256
+
+    mod = _script("coverage.py")
+    key, stamp = mod.run_stamp(["--only", "sets"])
+    assert key == hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:12]
+    assert stamp["command"] == "python benchmarks/coverage.py --only sets"
+    for rel in ("benchmarks/coverage.py", "src/wmeval/estimators/resample.py", "src/wmeval/stats.py",
+                "src/wmeval/metrics/frechet.py", "src/wmeval/core/rng.py"):
+        assert stamp["code"][rel] == file_sha256(ROOT / rel), rel
+    assert not any(rel.startswith(("src/wmeval/report", "src/wmeval/lineage")) or rel == "src/wmeval/core/digest.py"
+                   for rel in stamp["code"])
+    assert stamp["packages"]["numpy"] == np.__version__ and stamp["kernels"]["blas"] is not None
+    mod.check_code_unchanged(stamp)                                   # nothing changed: no exit
+    with pytest.raises(SystemExit, match="src/wmeval/stats.py changed while the run went on"):
+        mod.check_code_unchanged({**stamp, "code": {**stamp["code"], "src/wmeval/stats.py": "0" * 64}})
+
+    tagged = mod._tagged({"sets": {"datasets": 4, "cells": [{"metric": "kid"}, {"metric": "fd_bias_corrected"}]}}, "k2")
+    assert [c["run"] for c in tagged["sets"]["cells"]] == ["k2", "k2"]
+    old = {"runs": {"k0": {"date": "a"}, "k1": {"date": "b"}}}
+    res = {"run": "k1", "frechet": {"run": "k1"}, **tagged, "confirmation": {"run": "k2", "cells": [{"part": "sets"}]}}
+    out = mod.with_runs(res, old, "k2", {"date": "c"})
+    assert out["runs"] == {"k1": {"date": "b"}, "k2": {"date": "c"}}       # k0: no figure carries it any more
+    assert {k: v for k, v in out.items() if k != "runs"} == res
+
+
+def test_coverage_confirm_refuses_a_screen_computed_with_code_that_has_changed():
+    """--only confirm on a flagged cell whose screen's run recorded other code stops before any rerun, naming the
+    changed file: its rerun would test other intervals than the screen's."""
+    import argparse
+
+    mod = _script("coverage.py")
+    key, stamp = mod.run_stamp([])
+    part = {"dim": 3, "episodes": 5, "frames_per_episode": 3, "rho": 0.3, "shift": 0.8, "datasets": 400,
+            "n_resamples": 40, "cells": [{"metric": "kid", "truth": "shift", "design": "unpaired", "coverage": 0.85,
+                                          "width_ratio": 0.9, "withheld": 0.0, "power": 0.5, "run": key}]}
+    args = argparse.Namespace(jobs=1, confirm_datasets=1, seed=0)
+    other = {**stamp, "code": {**stamp["code"], "src/wmeval/estimators/resample.py": "0" * 64}}
+    with pytest.raises(SystemExit, match="src/wmeval/estimators/resample.py"):
+        mod.confirm(args, {"sets": part, "runs": {key: other}})
+
+
+def test_coverage_runs_stamp_every_figure_and_a_partial_rerun_keeps_the_others_runs(tmp_path):
+    """Two tiny runs of the script: the first stamps every figure with its run; ``--only sets --set-metrics kid``
+    then stamps the KID cells with a second run and keeps the FD cells' (and every other figure's) first, and the
+    file holds both runs' records."""
+    import json
+    import subprocess
+
+    out = tmp_path / "coverage.json"
+    tiny = ["--datasets", "2", "--resamples", "20", "--fd-datasets", "2", "--fd-resamples", "10", "--set-datasets", "2",
+            "--set-resamples", "30", "--set-episodes", "6", "--set-more-episodes", "0", "--set-mid-dim", "0",
+            "--set-wide-dim", "0", "--bias-datasets", "2", "--jobs", "1", "--out", str(out)]
+    script = str(ROOT / "benchmarks" / "coverage.py")
+    subprocess.run([sys.executable, script, *tiny], check=True, capture_output=True)
+    first = json.loads(out.read_text())
+    (k1,) = first["runs"]
+    cells = [c for key in ("sets", "sets_high_axis") for c in first[key]["cells"]]
+    assert {first["run"], first["frechet"]["run"], first["fd_bias"]["run"], *(c["run"] for c in cells)} == {k1}
+    assert first["runs"][k1]["command"].endswith(" ".join(tiny[-4:]))
+    subprocess.run([sys.executable, script, *tiny, "--only", "sets", "--set-metrics", "kid"], check=True,
+                   capture_output=True)
+    second = json.loads(out.read_text())
+    (k2,) = set(second["runs"]) - {k1}
+    for key in ("sets", "sets_high_axis"):
+        assert {(c["metric"], c["run"]) for c in second[key]["cells"]} == {("kid", k2), ("fd_bias_corrected", k1)}
+    assert second["run"] == second["frechet"]["run"] == second["fd_bias"]["run"] == k1
+
 
 def test_kid_switch_rules_are_compared_on_the_dumped_data_sets(tmp_path):
     """kid_interval_variants.py --compare-rules: per cell, the share of data sets whose chosen interval holds the

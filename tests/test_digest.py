@@ -103,3 +103,57 @@ def test_root_defaults_to_the_checkout_the_code_is_imported_from(tmp_path, monke
     monkeypatch.chdir(tmp_path)                                        # a notebook elsewhere
     assert (project_root() / "dvc.yaml").is_file()
     assert code_version("rollouts")["deps"].startswith("src/wmeval")
+
+
+def test_import_closure_is_what_each_stage_script_reaches():
+    """import_closure against the layout tests' own import walker (tests/test_layout.py's reachable), on every stage
+    script: the same files, the script itself included."""
+    from test_layout import ROOT, reachable
+
+    from wmeval.core.digest import import_closure
+
+    for script in sorted((ROOT / "stages").glob("*.py")):
+        want = sorted(f.relative_to(ROOT).as_posix() for f in reachable(script))
+        assert import_closure(script, ROOT) == want, script.name
+
+
+def _package(root: Path) -> Path:
+    """A project whose script imports a module lazily and relatively, and one module only for its bookkeeping."""
+    files = {
+        "src/wmeval/__init__.py": "",
+        "src/wmeval/a/__init__.py": "",
+        "src/wmeval/a/b.py": "def f():\n    from . import c\n    from ..shared import g\n    return c, g\n",
+        "src/wmeval/a/c.py": "import wmeval.tool\nX = 1\n",
+        "src/wmeval/tool.py": "T = 1\n",
+        "src/wmeval/shared.py": "def g():\n    return 1\n",
+        "src/wmeval/book/__init__.py": "from wmeval.book.keep import K\n",
+        "src/wmeval/book/keep.py": "import wmeval.shared\nK = 1\n",
+        "src/wmeval/unused.py": "",
+        "bench/run.py": ("import numpy\nfrom wmeval.a import b\nfrom wmeval import tool\n\n\ndef main():\n"
+                         "    from wmeval.book import K\n"),
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "bench/run.py"
+
+
+def test_import_closure_follows_lazy_relative_and_submodule_imports_and_skips_only_the_scripts_own(tmp_path):
+    """A module imported inside a function, relatively, or as a name of a ``from`` import is in the closure, with
+    its parent packages; ``skip`` leaves out what only the script's own skipped imports bring (book/keep.py), never
+    a module the others import (shared.py, which keep.py imports too; tool.py, skipped by the script but imported by
+    a/c.py); a module nobody imports is not in it."""
+    from wmeval.core.digest import changed_files, code_files, import_closure
+
+    script = _package(tmp_path)
+    figures = ["bench/run.py", "src/wmeval/__init__.py", "src/wmeval/a/__init__.py", "src/wmeval/a/b.py",
+               "src/wmeval/a/c.py", "src/wmeval/shared.py", "src/wmeval/tool.py"]
+    assert import_closure(script, tmp_path, skip=("wmeval.book", "wmeval.tool")) == figures
+    assert import_closure(script, tmp_path) == sorted(figures + ["src/wmeval/book/__init__.py",
+                                                                 "src/wmeval/book/keep.py"])
+    code = code_files(script, tmp_path, skip=("wmeval.book", "wmeval.tool"))
+    assert list(code) == figures and changed_files(code, tmp_path) == []
+    (tmp_path / "src/wmeval/a/c.py").write_text("X = 2\n")
+    (tmp_path / "src/wmeval/shared.py").unlink()
+    (tmp_path / "src/wmeval/unused.py").write_text("Y = 1\n")          # not the script's code: not named
+    assert changed_files(code, tmp_path) == ["src/wmeval/a/c.py", "src/wmeval/shared.py"]

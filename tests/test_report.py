@@ -646,3 +646,53 @@ def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
     inside = {**oracle, "cells": [ocell("unpaired", a, 0.99, restricted=0.955) for a in ("lowest", "highest")]}
     assert oracle_note(inside).endswith("Within 93-97% on both axes in every design: the restricted estimate's.")
     assert oracle_note(None) == "" and oracle_note({"datasets": 1, "cells": [ocell("paired", "lowest", 0.9)]}) == ""
+
+
+def test_figures_computed_with_code_changed_since_are_named_and_their_reruns_not_used(root):
+    """coverage.json's runs record each file of the code behind its figures (benchmarks/coverage.py). A group whose
+    run's code differs from the files now is named on the first screen with the changed files; a figure without a
+    run, or with one the file lacks, is named as unrecorded in Interval validation; a rerun on fresh data sets made
+    with other code than its screen's is not used (the flag counts on its screen alone)."""
+    from wmeval.core.digest import file_sha256
+    from wmeval.report.scorecard import (
+        coverage_glance,
+        coverage_note,
+        runs_note,
+        screen_flags,
+        stale_figures,
+    )
+
+    files = ("benchmarks/coverage.py", "src/wmeval/stats.py")
+    now = {rel: file_sha256(root / rel) for rel in files}
+    runs = {"A": {"date": "2026-12-07T10:00:00Z", "command": "python benchmarks/coverage.py", "code": now,
+                  "packages": {"numpy": "2.4.6", "scipy": "1.17.1"}, "kernels": {"blas": ["openblas Haswell"]}},
+            "B": {"date": "2026-12-08T10:00:00Z", "command": "python benchmarks/coverage.py --only confirm",
+                  "code": {**now, "src/wmeval/stats.py": "0" * 64}}}
+    wide = {"metric": "kid", "truth": "shift", "design": "unpaired", "coverage": 0.995, "withheld": 0.0,
+            "width_ratio": 1.4, "power": 0.2, "run": "A"}
+    sets = {"dim": 4, "episodes": 32, "frames_per_episode": 10, "rho": 0.5, "datasets": 400, "shift": 0.5,
+            "cells": [wide, {**wide, "truth": "zero", "coverage": 0.95, "run": "Z"}]}
+    conf = {"datasets": 1000, "run": "A", "cells": [{
+        "part": "sets", "metric": "kid", "truth": "shift", "design": "unpaired", "coverage": 0.9, "datasets": 1000,
+        "withheld": 0.0, "screen": {"coverage": 0.995, "width_ratio": 1.4, "datasets": 400}}]}
+    cov = {"cluster": {"coverage": 0.95, "coverage_se": 0.01}, "iid_frames": {"coverage": 0.4}, "datasets": 500,
+           "episodes": 64, "frames_per_episode": 16, "rho": 0.8, "confidence_level": 0.95, "run": "A",
+           "sets": sets, "confirmation": conf, "runs": runs}
+    (flag,) = screen_flags(cov)
+    assert flag["confirmation"] is not None and flag["confirmed"] is False          # same code: the rerun is used
+    assert stale_figures(cov) == ({}, ["the set-level cells at 32 episodes, d = 4"])  # run Z: not in runs
+    note = runs_note(cov)
+    assert "None of that code has changed since" in note and "`python benchmarks/coverage.py` on 2026-12-07" in note
+    assert note.endswith("Without a record of the code that computed them: the set-level cells at 32 episodes, d = 4.")
+    assert "Computed with code that has changed" not in coverage_glance(cov)[2]
+
+    later = {**cov, "confirmation": {**conf, "run": "B"}}
+    (flag,) = screen_flags(later)
+    assert flag["confirmation"] is None and flag["confirmed"] is None               # other code: not used
+    assert stale_figures(later)[0] == {"the reruns on fresh data sets": ["src/wmeval/stats.py"]}
+    tail = coverage_glance(later)[2]
+    assert ("Computed with code that has changed since, so they may not describe the intervals this code gives: the "
+            "reruns on fresh data sets (changed: src/wmeval/stats.py)") in tail
+    assert "too wide (conservative): 1 cell" in tail
+    assert "None of that code has changed since" not in coverage_note(later)
+    assert "(changed: src/wmeval/stats.py)" in coverage_note(later)

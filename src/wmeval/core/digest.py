@@ -108,3 +108,79 @@ def code_version(stage: str, root: str | Path | None = None) -> dict[str, str]:
         h.update((root / rel).read_bytes())
         h.update(b"\0")
     return {"wmeval": __version__, "stage": stage, "deps": ",".join(deps), "source_sha256": h.hexdigest()}
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    """The source of module ``name`` (``wmeval...``) under ``root/src``: ``a/b.py`` or ``a/b/__init__.py``."""
+    base = root / "src" / Path(*name.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def _imported(path: Path, root: Path, package: str) -> list[str]:
+    """The ``wmeval`` modules ``path`` imports, wherever the import statement stands (functions included): each
+    module named, each name of a ``from`` import that is a submodule, resolved against ``package`` (``path``'s own
+    package) for a relative import."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            out.append(base)
+            out += [f"{base}.{a.name}" for a in node.names if _module_file(root, f"{base}.{a.name}") is not None]
+    return [m for m in out if m == "wmeval" or m.startswith("wmeval.")]
+
+
+def import_closure(entry: str | Path, root: str | Path | None = None, skip: tuple[str, ...] = ()) -> list[str]:
+    """The files a script runs from this project: ``entry`` and every ``wmeval`` module it imports, directly or
+    through others, wherever the import stands (a function's lazy import included), with each module's parent
+    packages' ``__init__.py``; as POSIX paths relative to ``root`` (default :func:`project_root`), sorted.
+
+    ``skip`` names modules ``entry``'s own imports leave out (with what only they import): its bookkeeping, such as
+    the module that computes this digest, where the closure is to cover the code that computes its figures. A
+    module one of the others imports is kept. Static: a module imported by a computed name is missed.
+    """
+    root = project_root() if root is None else Path(root).resolve()
+    entry = Path(entry).resolve()
+    seen: dict[Path, str] = {}
+
+    def visit(name: str) -> None:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            mod = ".".join(parts[:i])
+            f = _module_file(root, mod)
+            if f is None or f in seen:
+                continue
+            seen[f] = mod
+            pkg = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+            for m in _imported(f, root, pkg):
+                visit(m)
+
+    for name in _imported(entry, root, ""):
+        if not any(name == s or name.startswith(s + ".") for s in skip):
+            visit(name)
+    files = {entry, *seen}
+    return sorted(p.relative_to(root).as_posix() for p in files)
+
+
+def code_files(entry: str | Path, root: str | Path | None = None, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{path: sha256}`` over :func:`import_closure`'s files: the code a script's figures come from, to be set
+    beside them and checked against the files later (:func:`changed_files`)."""
+    root = project_root() if root is None else Path(root).resolve()
+    return {rel: file_sha256(root / rel) for rel in import_closure(entry, root, skip)}
+
+
+def changed_files(code: dict[str, str], root: str | Path | None = None) -> list[str]:
+    """The files of a :func:`code_files` record whose bytes differ now under ``root``, or that are gone, sorted."""
+    root = project_root() if root is None else Path(root).resolve()
+    return sorted(rel for rel, sha in code.items()
+                  if not (root / rel).is_file() or file_sha256(root / rel) != sha)

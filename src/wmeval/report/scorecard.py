@@ -502,13 +502,20 @@ def _confirmation(cov: dict[str, Any], where: dict) -> dict | None:
     """coverage.json's confirmation of a cell (``python benchmarks/coverage.py --only confirm``: the cell rerun on
     data sets its screen did not use), when it confirms the cell's current figures: the screen's coverage, width ratio
     and data-set count it was made for equal the cell's now (a part rerun since leaves it stale, and unused), and
-    it has at least the screen's data sets (a smaller rerun is a weaker test than the screen; unused)."""
+    it has at least the screen's data sets (a smaller rerun is a weaker test than the screen; unused); where both
+    carry a run (coverage.json's ``runs``), the rerun's code is the screen's (else it tested other intervals;
+    unused)."""
     part = cov.get(where["part"]) or {}
     now = next((c for c in part.get("cells", []) if (c["metric"], c["truth"], c["design"])
                 == (where["metric"], where["truth"], where["design"])), None)
     if now is None:
         return None
-    for c in (cov.get("confirmation") or {}).get("cells", []):
+    conf = cov.get("confirmation") or {}
+    runs = cov.get("runs") or {}
+    code_now, code_conf = ((runs.get(r) or {}).get("code") for r in (now.get("run"), conf.get("run")))
+    if code_now is not None and code_conf is not None and code_now != code_conf:
+        return None                     # rerun with other code than the screen's: it tests other intervals
+    for c in conf.get("cells", []):
         screen = c.get("screen") or {}
         if ((c.get("part"), c.get("metric"), c.get("truth"), c.get("design"))
                 == (where["part"], where["metric"], where["truth"], where["design"])
@@ -660,6 +667,85 @@ def oracle_note(oracle: dict[str, Any] | None) -> str:
             + (", ".join(within) if within else "none of the rules that do not know the direction") + ".")
 
 
+def _part_place(cov: dict[str, Any], key: str) -> str:
+    """A set-level part as the scorecard names it: "32 episodes, d = 4" (", highest axis" for the high-axis ones)."""
+    part, sets = cov[key], cov.get("sets") or {}
+    return ", ".join(x for x in (f"{part['episodes']} episodes", f"d = {part.get('dim', sets.get('dim'))}",
+                                 SET_PARTS[key]) if x)
+
+
+def figure_runs(cov: dict[str, Any]) -> dict[str, set[str | None]]:
+    """Per group of coverage.json's figures, as the scorecard names it, the runs its figures carry (keys of the
+    file's ``runs``; None for a figure without one): the intervals of a mean, the plug-in FD's, each set-level part
+    (its cells may come from different runs), the bias corrections' leftovers and the reruns on fresh data sets."""
+    out: dict[str, set[str | None]] = {}
+    if "cluster" in cov:
+        out["the intervals of a mean"] = {cov.get("run")}
+    if cov.get("frechet"):
+        out["the plug-in FD's intervals"] = {cov["frechet"].get("run")}
+    for key in SET_PARTS:
+        if cov.get(key):
+            out[f"the set-level cells at {_part_place(cov, key)}"] = {c.get("run") for c in cov[key]["cells"]}
+    if cov.get("fd_bias"):
+        out["the FD bias corrections' leftovers"] = {cov["fd_bias"].get("run")}
+    if cov.get("confirmation"):
+        out["the reruns on fresh data sets"] = {cov["confirmation"].get("run")}
+    return out
+
+
+def stale_figures(cov: dict[str, Any], root: Any = None) -> tuple[dict[str, list[str]], list[str]]:
+    """``(stale, unstamped)``: the figure groups of :func:`figure_runs` computed with code that differs now (each
+    with the files changed or gone since, under ``root``, default the project whose code is imported) and those
+    with a figure that carries no run, or a run the file does not hold (no record of its code)."""
+    from wmeval.core.digest import changed_files
+
+    runs = cov.get("runs") or {}
+    changed = {key: changed_files(run["code"], root) for key, run in runs.items() if isinstance(run, dict)
+               and isinstance(run.get("code"), dict)}
+    stale, unstamped = {}, []
+    for group, keys in figure_runs(cov).items():
+        if any(k not in changed for k in keys):
+            unstamped.append(group)
+        if (files := sorted({f for k in keys for f in changed.get(k, [])})):
+            stale[group] = files
+    return stale, unstamped
+
+
+def stale_note(cov: dict[str, Any], root: Any = None) -> str:
+    """The sentence naming coverage.json's figures computed with code that has changed since (:func:`stale_figures`);
+    empty where there are none."""
+    stale, _ = stale_figures(cov, root)
+    if not stale:
+        return ""
+    files = sorted({f for fs in stale.values() for f in fs})
+    return (f"Computed with code that has changed since, so they may not describe the intervals this code gives: "
+            f"{'; '.join(stale)} (changed: {', '.join(files)}); rerun `python benchmarks/coverage.py`.")
+
+
+def runs_note(cov: dict[str, Any], root: Any = None) -> str:
+    """Where coverage.json's figures come from: the runs that computed them (dates, commands, packages and kernels),
+    whether their code is the code now, and the figures without a record of their code."""
+    stale, unstamped = stale_figures(cov, root)
+    used = {k for keys in figure_runs(cov).values() for k in keys}
+    runs = [(k, r) for k, r in (cov.get("runs") or {}).items() if k in used and isinstance(r, dict)]
+    parts = []
+    if runs:
+        def one(r: dict) -> str:
+            pk = r.get("packages") or {}
+            blas = ", ".join((r.get("kernels") or {}).get("blas") or []) or "BLAS not recorded"
+            return (f"`{r.get('command', '?')}` on {str(r.get('date', '?'))[:10]} (numpy {pk.get('numpy')}, scipy "
+                    f"{pk.get('scipy')}, {blas}; {len(r.get('code') or {})} code files)")
+        parts.append("Each figure above carries the run that computed it (coverage.json's `runs`: every file of the "
+                     "code, this benchmark and the `wmeval` modules it imports, with its sha256): "
+                     + "; ".join(one(r) for _, r in sorted(runs, key=lambda kr: str(kr[1].get("date")))) + "."
+                     + ("" if stale else " None of that code has changed since."))
+    if stale:
+        parts.append(stale_note(cov, root))
+    if unstamped:
+        parts.append(f"Without a record of the code that computed them: {'; '.join(unstamped)}.")
+    return " ".join(parts)
+
+
 def coverage_table(cov: dict[str, Any] | None) -> Table | None:
     """The set-level cells at the default design (coverage.json's ``sets``: d = 4, 32 episodes, the shift along the
     lowest-variance axis): per truth and sides, each metric's coverage with its power or false-positive rate."""
@@ -725,6 +811,8 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
                  f"benchmarks/coverage.py --only confirm`): {len(held)} outside on the same side again"
                  + (f"; within chance on the rerun: {', '.join(within)}" if within else "")
                  + ".")
+    if (stale := stale_note(cov)):
+        tail += " " + stale
     rule = oracle_wide(cov, cov.get("direction_oracle"))
     if rule:
         tail += (f" In {len(rule)} of the too-wide, the boundary test's rule covers above 97% too in the Gaussian mean "
@@ -818,6 +906,8 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += (" With fewer independent rows than dimensions the FD's bias is not a 1/N term the jackknife "
                      "removes; its two-scale check (the correction repeated on halves of the episodes) then "
                      "withholds the interval: compare models on KID.")
+    if (runs := runs_note(cov)):
+        text += " " + runs
     return text
 
 
