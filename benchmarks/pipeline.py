@@ -54,11 +54,13 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = tuple(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
 
 
-def _inputs() -> list[str]:
-    """dvc.yaml's deps that no stage writes (the project's inputs: code, studies, the benchmark results the report
-    cites and the code behind them), so that a dep added there is never missing from the copy."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    outs = [o if isinstance(o, str) else next(iter(o)) for st in stages.values() for o in st.get("outs", [])]
+def _inputs(stages: dict | None = None) -> list[str]:
+    """dvc.yaml's deps (``stages``: its stages, read by default) that no stage writes as an out, metrics or plots
+    file (the project's inputs: code, studies, the benchmark results the report cites and the code behind them), so
+    that a dep added there is never missing from the copy, and no output is copied in."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"] if stages is None else stages
+    outs = [o if isinstance(o, str) else next(iter(o)) for st in stages.values()
+            for key in ("outs", "metrics", "plots") for o in st.get(key, [])]
     deps = {d if isinstance(d, str) else next(iter(d)) for st in stages.values() for d in st.get("deps", [])}
     return sorted(d for d in deps if not any(d == o or d.startswith(o.rstrip("/") + "/") for o in outs))
 

@@ -32,10 +32,14 @@ def test_the_pipeline_benchmark_copies_every_input_the_stages_depend_on(bench):
     import yaml
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    outs = [o if isinstance(o, str) else next(iter(o)) for st in stages.values() for o in st.get("outs", [])]
+    written = [o if isinstance(o, str) else next(iter(o)) for st in stages.values()
+               for key in ("outs", "metrics", "plots") for o in st.get(key, [])]
     inputs = {d for st in stages.values() for d in st.get("deps", []) if not any(
-        d == o or d.startswith(o + "/") for o in outs)}
+        d == o or d.startswith(o + "/") for o in written)}
     assert {"studies", "benchmarks/results/direction_oracle.json", "benchmarks/coverage.py"} <= inputs
+    # a file a stage writes (bootstrap's metrics output among them) is never copied in, whatever depends on it
+    late = bench._inputs({**stages, "late": {"deps": ["reports/metrics.json", "data/rollouts", "studies"]}})
+    assert "reports/metrics.json" not in late and "data/rollouts" not in late and "studies" in late
 
     def inside(p: str, q: str) -> bool:
         return p == q or p.startswith(q + "/")
@@ -225,6 +229,27 @@ def test_coverage_run_stamp_records_the_code_its_figures_come_from():
     out = mod.with_runs(res, old, "k2", {"date": "c"})
     assert out["runs"] == {"k1": {"date": "b"}, "k2": {"date": "c"}}       # k0: no figure carries it any more
     assert {k: v for k, v in out.items() if k != "runs"} == res
+    # a run only a part's own stamp carries (--only confirm's, --only bias') is kept
+    for part in ("confirmation", "fd_bias", "frechet"):
+        only = {"run": "k1", part: {"run": "k2", "cells": []}}
+        assert set(mod.with_runs(only, old, "k2", {"date": "c"})["runs"]) == {"k1", "k2"}, part
+
+
+def test_coverage_writes_nothing_when_its_code_changed_while_it_ran(tmp_path, monkeypatch):
+    """main(): where the code it recorded at its start differs at its end, it exits naming the files and leaves
+    the results file as it was."""
+    import wmeval.core.digest as digest
+
+    mod = _script("coverage.py")
+    out = tmp_path / "coverage.json"
+    out.write_text('{"before": true}\n')
+    monkeypatch.setattr(digest, "changed_files", lambda code, root=None: ["src/wmeval/stats.py"])
+    monkeypatch.setattr(sys, "argv", ["coverage.py", "--only", "bias", "--bias-datasets", "1", "--set-episodes", "4",
+                                      "--set-frames", "3", "--jobs", "1", "--out", str(out)])
+    monkeypatch.setattr(mod, "fd_bias", lambda args: {"dims": []})
+    with pytest.raises(SystemExit, match="src/wmeval/stats.py changed while the run went on"):
+        mod.main()
+    assert out.read_text() == '{"before": true}\n'
 
 
 def test_coverage_confirm_refuses_a_screen_computed_with_code_that_has_changed():

@@ -151,9 +151,22 @@ def test_import_closure_follows_lazy_relative_and_submodule_imports_and_skips_on
     assert import_closure(script, tmp_path, skip=("wmeval.book", "wmeval.tool")) == figures
     assert import_closure(script, tmp_path) == sorted(figures + ["src/wmeval/book/__init__.py",
                                                                  "src/wmeval/book/keep.py"])
-    code = code_files(script, tmp_path, skip=("wmeval.book", "wmeval.tool"))
+    with pytest.raises(WmevalError, match="wmeval is imported from"):       # this process runs another wmeval
+        code_files(script, tmp_path, skip=("wmeval.book", "wmeval.tool"))
+    code = code_files(script, tmp_path, skip=("wmeval.book", "wmeval.tool"), running=False)
     assert list(code) == figures and changed_files(code, tmp_path) == []
     (tmp_path / "src/wmeval/a/c.py").write_text("X = 2\n")
     (tmp_path / "src/wmeval/shared.py").unlink()
     (tmp_path / "src/wmeval/unused.py").write_text("Y = 1\n")          # not the script's code: not named
     assert changed_files(code, tmp_path) == ["src/wmeval/a/c.py", "src/wmeval/shared.py"]
+
+
+def test_code_files_default_to_the_scripts_own_checkout():
+    """Without a root, a script's code is read from the project it lies in (here this checkout, whose wmeval this
+    process imports)."""
+    from wmeval.core.digest import code_files, file_sha256
+
+    root = Path(__file__).resolve().parents[1]
+    code = code_files(root / "benchmarks" / "coverage.py", skip=("wmeval.report",))
+    assert code["benchmarks/coverage.py"] == file_sha256(root / "benchmarks" / "coverage.py")
+    assert code["src/wmeval/stats.py"] == file_sha256(root / "src" / "wmeval" / "stats.py")

@@ -219,6 +219,15 @@ def test_scorecard_cites_the_coverage_benchmark(root):
     text = coverage_note({**plain, "sets_high_axis": high})
     assert "highest-variance axis instead" in text and "at 32 episodes, KID 88.0%-96.8%, bias-corrected FD 95.0%" in text
     assert "Below 93%: KID paired shift 88.0% (32 episodes)." in text and text.count("Below 93%") == 1
+    # ... with its rerun on fresh data sets beside it, where it has one for these screen figures
+    conf = {"datasets": 1000, "cells": [{
+        "part": "sets_high_axis", "metric": "kid", "truth": "shift", "design": "paired", "coverage": 0.934,
+        "datasets": 1000, "withheld": 0.0, "screen": {"coverage": 0.88, "width_ratio": 0.802, "datasets": 400}}]}
+    text = coverage_note({**plain, "sets_high_axis": high, "confirmation": conf})
+    assert "Below 93%: KID paired shift 88.0% (93.4% on 1000 fresh data sets) (32 episodes)." in text
+    stale = {**conf, "cells": [{**conf["cells"][0], "screen": {**conf["cells"][0]["screen"], "coverage": 0.87}}]}
+    assert "Below 93%: KID paired shift 88.0% (32 episodes)." in coverage_note({**plain, "sets_high_axis": high,
+                                                                               "confirmation": stale})
     # The d = 16 part is named by its dimension.
     mid = {**high, "dim": 16, "cells": high["cells"][:1]}
     text = coverage_note({**plain, "sets_high_axis": high, "sets_mid_high_axis": mid})
@@ -680,19 +689,32 @@ def test_figures_computed_with_code_changed_since_are_named_and_their_reruns_not
            "sets": sets, "confirmation": conf, "runs": runs}
     (flag,) = screen_flags(cov)
     assert flag["confirmation"] is not None and flag["confirmed"] is False          # same code: the rerun is used
-    assert stale_figures(cov) == ({}, ["the set-level cells at 32 episodes, d = 4"])  # run Z: not in runs
-    note = runs_note(cov)
+    again = {**cov, "runs": {**runs, "C": {**runs["A"], "date": "2026-12-09T10:00:00Z"}},
+             "confirmation": {**conf, "run": "C"}}
+    assert screen_flags(again)[0]["confirmation"] is not None                       # another run, the same code
+    assert stale_figures(cov, root) == ({}, ["the set-level cells at 32 episodes, d = 4"])  # run Z: not in runs
+    note = runs_note(cov, root)
     assert "None of that code has changed since" in note and "`python benchmarks/coverage.py` on 2026-12-07" in note
     assert note.endswith("Without a record of the code that computed them: the set-level cells at 32 episodes, d = 4.")
-    assert "Computed with code that has changed" not in coverage_glance(cov)[2]
+    assert "Computed with code that has changed" not in coverage_glance(cov, root)[2]
 
     later = {**cov, "confirmation": {**conf, "run": "B"}}
     (flag,) = screen_flags(later)
     assert flag["confirmation"] is None and flag["confirmed"] is None               # other code: not used
-    assert stale_figures(later)[0] == {"the reruns on fresh data sets": ["src/wmeval/stats.py"]}
-    tail = coverage_glance(later)[2]
+    assert stale_figures(later, root)[0] == {"the reruns on fresh data sets": ["src/wmeval/stats.py"]}
+    tail = coverage_glance(later, root)[2]
     assert ("Computed with code that has changed since, so they may not describe the intervals this code gives: the "
             "reruns on fresh data sets (changed: src/wmeval/stats.py)") in tail
     assert "too wide (conservative): 1 cell" in tail
-    assert "None of that code has changed since" not in coverage_note(later)
-    assert "(changed: src/wmeval/stats.py)" in coverage_note(later)
+    assert "None of that code has changed since" not in coverage_note(later, root)
+    assert "(changed: src/wmeval/stats.py)" in coverage_note(later, root)
+    # Every group is checked: the plug-in FD's, the bias corrections', a high-axis part's (each stamped with run B).
+    high = {**sets, "shift_axis_variance": 2.0, "cells": [{**wide, "run": "B"}]}
+    each = {**cov, "sets": {**sets, "cells": [wide]}, "frechet": {"dim": 8, "run": "B"}, "fd_bias": {"run": "B"},
+            "sets_high_axis": high}
+    assert set(stale_figures(each, root)[0]) == {"the plug-in FD's intervals", "the FD bias corrections' leftovers",
+                                                 "the set-level cells at 32 episodes, d = 4, highest axis"}
+    # ... the first screen says so without set-level parts too
+    means_only = {k: v for k, v in each.items() if k not in ("sets", "sets_high_axis", "confirmation")}
+    assert "the plug-in FD's intervals; the FD bias corrections' leftovers (changed: src/wmeval/stats.py)" in \
+        coverage_glance(means_only, root)[2]

@@ -172,10 +172,32 @@ def import_closure(entry: str | Path, root: str | Path | None = None, skip: tupl
     return sorted(p.relative_to(root).as_posix() for p in files)
 
 
-def code_files(entry: str | Path, root: str | Path | None = None, skip: tuple[str, ...] = ()) -> dict[str, str]:
+def _checkout_of(entry: Path) -> Path:
+    """The project ``entry`` lies in: its nearest folder above with a ``dvc.yaml`` (else :func:`project_root`)."""
+    return next((d for d in entry.resolve().parents if (d / "dvc.yaml").is_file()), None) or project_root()
+
+
+def code_files(entry: str | Path, root: str | Path | None = None, skip: tuple[str, ...] = (),
+               running: bool = True) -> dict[str, str]:
     """``{path: sha256}`` over :func:`import_closure`'s files: the code a script's figures come from, to be set
-    beside them and checked against the files later (:func:`changed_files`)."""
-    root = project_root() if root is None else Path(root).resolve()
+    beside them and checked against the files later (:func:`changed_files`). ``root`` defaults to the project the
+    script lies in. With ``running`` (the default) the files are the code this process runs, so the ``wmeval`` it
+    has imported must be ``root``'s.
+
+    Raises:
+        WmevalError: with ``running``, ``wmeval`` is imported from elsewhere than ``root/src`` (another checkout,
+            or an installed copy): the files hashed would not be the code that runs.
+    """
+    import sys
+
+    root = _checkout_of(Path(entry)) if root is None else Path(root).resolve()
+    loaded = sys.modules.get("wmeval") if running else None
+    if loaded is not None and getattr(loaded, "__file__", None):
+        here = Path(loaded.__file__).resolve()
+        if not here.is_relative_to(root / "src"):
+            raise WmevalError(f"{entry}: its code is recorded from {root}, but wmeval is imported from "
+                              f"{here.parents[1]}; run it with that checkout's own install (pip install -e .) or "
+                              f"PYTHONPATH={root / 'src'}")
     return {rel: file_sha256(root / rel) for rel in import_closure(entry, root, skip)}
 
 

@@ -695,10 +695,14 @@ def figure_runs(cov: dict[str, Any]) -> dict[str, set[str | None]]:
 
 def stale_figures(cov: dict[str, Any], root: Any = None) -> tuple[dict[str, list[str]], list[str]]:
     """``(stale, unstamped)``: the figure groups of :func:`figure_runs` computed with code that differs now (each
-    with the files changed or gone since, under ``root``, default the project whose code is imported) and those
-    with a figure that carries no run, or a run the file does not hold (no record of its code)."""
+    with the files changed or gone since, under ``root``: default the working directory, where the report stage
+    runs, so that it reads the files its dvc.yaml deps name) and those with a figure that carries no run, or a run
+    the file does not hold (no record of its code)."""
+    from pathlib import Path
+
     from wmeval.core.digest import changed_files
 
+    root = Path.cwd() if root is None else root
     runs = cov.get("runs") or {}
     changed = {key: changed_files(run["code"], root) for key, run in runs.items() if isinstance(run, dict)
                and isinstance(run.get("code"), dict)}
@@ -766,7 +770,7 @@ def coverage_table(cov: dict[str, Any] | None) -> Table | None:
                  [[truth_label.get(t, t), d] + [r.get(m, "–") for m in metrics] for (t, d), r in rows.items()])
 
 
-def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]:
+def coverage_glance(cov: dict[str, Any] | None, root: Any = None) -> tuple[str, Table | None, str]:
     """The first screen's account of the interval-coverage benchmark (``benchmarks/results/coverage.json``): a lead
     sentence, the default design's cells (:func:`coverage_table`), and a sentence on every cell of every part,
     those outside 93-97% by more than chance (:func:`beyond_chance`): the too-narrow named, the too-wide counted.
@@ -780,7 +784,7 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
             f"{cov['confidence_level']:.0%} episode-clustered intervals of a mean covered {c['coverage']:.1%} "
             f"(SE {c['coverage_se']:.1%}; frame-level iid intervals {i['coverage']:.1%}).")
     if not sets:
-        return lead, None, ""
+        return lead, None, stale_note(cov, root)
     lead += (f" The set-level intervals behind the distributional headlines ({sets['datasets']} data sets of "
              f"{sets['episodes']} episodes x {sets['frames_per_episode']} rows, d = {sets['dim']}, rho = "
              f"{sets['rho']}) covered the true KID and FD (in brackets: the share of intervals entirely above 0, "
@@ -811,7 +815,7 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
                  f"benchmarks/coverage.py --only confirm`): {len(held)} outside on the same side again"
                  + (f"; within chance on the rerun: {', '.join(within)}" if within else "")
                  + ".")
-    if (stale := stale_note(cov)):
+    if (stale := stale_note(cov, root)):
         tail += " " + stale
     rule = oracle_wide(cov, cov.get("direction_oracle"))
     if rule:
@@ -820,7 +824,7 @@ def coverage_glance(cov: dict[str, Any] | None) -> tuple[str, Table | None, str]
     return lead, coverage_table(cov), tail
 
 
-def coverage_note(cov: dict[str, Any] | None) -> str:
+def coverage_note(cov: dict[str, Any] | None, root: Any = None) -> str:
     """The interval-coverage benchmark (``benchmarks/results/coverage.json``) beyond what the first screen shows
     (:func:`coverage_glance`): the Frechet distance's plug-in intervals, the set-level intervals' methods, each
     other part's coverage in brief, every cell below 93% and every cell outside 93-97% beyond chance."""
@@ -870,19 +874,27 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += " Elsewhere (`benchmarks/results/coverage.json`, README): " + ". ".join(
                 f"At {name}, KID {spans('kid', p)}, bias-corrected FD {spans('fd_bias_corrected', p)}"
                 for name, p in parts) + "."
-        high = [p for key, axis in SET_PARTS.items() if axis and (p := cov.get(key))]
+        high_keys = [key for key, axis in SET_PARTS.items() if axis and cov.get(key)]
+        high = [cov[key] for key in high_keys]
         if high:
             # The shift along the features' highest-variance axis: every cell below 93% is named.
             def where(p: dict) -> str:
                 dim = p.get("dim", sets.get("dim"))
                 return f"{p['episodes']} episodes" + (f", d = {dim}" if dim != sets.get("dim") else "")
 
-            def narrow(p: dict) -> str:
+            def rerun(key: str, c: dict) -> str:
+                """A cell's rerun on fresh data sets (:func:`_confirmation`), where it has one."""
+                conf = _confirmation(cov, {"part": key, "metric": c["metric"], "truth": c["truth"],
+                                           "design": c["design"]})
+                return f" ({conf['coverage']:.1%} on {conf['datasets']} fresh data sets)" if conf else ""
+
+            def narrow(key: str, p: dict) -> str:
                 cs = [f"{'KID' if c['metric'] == 'kid' else 'bias-corrected FD'} {c['design']} {c['truth']} "
-                      f"{c['coverage']:.1%}" for c in p["cells"] if c["coverage"] is not None and c["coverage"] < 0.93]
+                      f"{c['coverage']:.1%}{rerun(key, c)}" for c in p["cells"]
+                      if c["coverage"] is not None and c["coverage"] < 0.93]
                 return f"{', '.join(cs)} ({where(p)})" if cs else ""
 
-            below = [t for p in high if (t := narrow(p))]
+            below = [t for key, p in zip(high_keys, high) if (t := narrow(key, p))]
             text += (" With the shift along the features' highest-variance axis instead (the cells above put it "
                      "along the lowest): " + "; ".join(
                          f"at {where(p)}, KID {spans('kid', p)}, bias-corrected FD "
@@ -906,7 +918,7 @@ def coverage_note(cov: dict[str, Any] | None) -> str:
             text += (" With fewer independent rows than dimensions the FD's bias is not a 1/N term the jackknife "
                      "removes; its two-scale check (the correction repeated on halves of the episodes) then "
                      "withholds the interval: compare models on KID.")
-    if (runs := runs_note(cov)):
+    if (runs := runs_note(cov, root)):
         text += " " + runs
     return text
 
