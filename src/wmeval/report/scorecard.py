@@ -471,7 +471,7 @@ def _chance_cells(cov: dict[str, Any]) -> list[tuple[str, float, int, dict]]:
         if not part:
             continue
         dim = part.get("dim", sets.get("dim"))
-        place = ", ".join(x for x in (f"{part['episodes']} episodes", f"d = {dim}", axis) if x)
+        place = _part_place(cov, key)
         for c in part["cells"]:
             held, p = c.get("withheld") or 0.0, c.get("coverage")
             if (axis and c["truth"] == "zero") or held > 0.5 or p is None or not np.isfinite(p):
@@ -718,7 +718,11 @@ def stale_figures(cov: dict[str, Any], root: Any = None) -> tuple[dict[str, list
 def stale_note(cov: dict[str, Any], root: Any = None) -> str:
     """The sentence naming coverage.json's figures computed with code that has changed since (:func:`stale_figures`);
     empty where there are none."""
-    stale, _ = stale_figures(cov, root)
+    return _stale_sentence(stale_figures(cov, root)[0])
+
+
+def _stale_sentence(stale: dict[str, list[str]]) -> str:
+    """:func:`stale_note`'s sentence from :func:`stale_figures`' ``stale``."""
     if not stale:
         return ""
     files = sorted({f for fs in stale.values() for f in fs})
@@ -744,7 +748,7 @@ def runs_note(cov: dict[str, Any], root: Any = None) -> str:
                      + "; ".join(one(r) for _, r in sorted(runs, key=lambda kr: str(kr[1].get("date")))) + "."
                      + ("" if stale else " None of that code has changed since."))
     if stale:
-        parts.append(stale_note(cov, root))
+        parts.append(_stale_sentence(stale))
     if unstamped:
         parts.append(f"Without a record of the code that computed them: {'; '.join(unstamped)}.")
     return " ".join(parts)
