@@ -135,6 +135,75 @@ def test_the_fd_second_order_form_is_the_fd_near_equal_sets_and_its_self_terms_a
     assert np.mean(sums) == pytest.approx(np.mean(biases), rel=0.1)
 
 
+def test_half_sampling_holds_half_of_each_resampling_group_once():
+    """benchmarks/fd_half_sampling.py's replicates draw without replacement: 0/1 multiplicities, n_g // 2 of each
+    group's clusters in every row (a bootstrap draw, or halving the whole index, would break one or the other), and
+    every cluster in about half of the rows."""
+    mod = _script("fd_half_sampling.py")
+    group = np.array([0] * 9 + [1] * 6)
+    counts = mod.half_counts(group, 400, np.random.default_rng(0))
+    assert set(np.unique(counts)) == {0, 1}
+    assert (counts[:, group == 0].sum(axis=1) == 4).all() and (counts[:, group == 1].sum(axis=1) == 3).all()
+    share = counts.mean(axis=0)
+    assert np.allclose(share[group == 0], 4 / 9, atol=0.08) and np.allclose(share[group == 1], 0.5, atol=0.08)
+    assert len({tuple(r) for r in counts}) > 300
+
+
+def test_a_permutation_is_the_fd_of_the_rows_it_deals_to_each_side():
+    """benchmarks/fd_half_sampling.py's permuted sets: the FD under each permutation's multiplicities equals the FD
+    of the rows dealt by hand (numpy moments), with paired sides each episode's real and generated rows swapped
+    together, with independent ones whole episodes dealt, each side keeping its size; row 0 is the data itself."""
+    from wmeval.estimators import distributional as dist
+    from wmeval.metrics import frechet_distance
+
+    mod = _script("fd_half_sampling.py")
+    rng = np.random.default_rng(4)
+    n, t = 6, 4
+    ep = np.repeat(np.arange(n), t)
+    x, y = rng.normal(size=(n * t, 3)), rng.normal(size=(n * t, 3)) + 0.3
+
+    def fd(a, b):
+        return frechet_distance(a.mean(0), np.cov(a.T), b.mean(0), np.cov(b.T))
+
+    for paired in (True, False):
+        sets, counts = mod.permutation_sets(x, y, ep, ep, paired, 8, np.random.default_rng(1))
+        got = dist._ViewFD.of(sets, counts.shape[1]).many(counts)[:, 0, 0]
+        assert got[0] == pytest.approx(fd(x, y), rel=1e-9)
+        real = counts[:, :counts.shape[1] // 2]
+        assert (real.sum(axis=1) == n).all()
+        for p in range(1, 8):
+            if paired:
+                swap = real[p, n:][ep][:, None] == 1
+                want = fd(np.where(swap, y, x), np.where(swap, x, y))
+            else:
+                rows, unit = np.concatenate([x, y]), np.concatenate([ep, ep + n])
+                want = fd(rows[real[p, unit] == 1], rows[real[p, unit] == 0])
+            assert got[p] == pytest.approx(want, rel=1e-9)
+        assert len({tuple(r) for r in real}) > 4
+
+
+def test_half_sampling_benchmark_rejects_a_large_shift_and_counts_each_interval():
+    """One data set of benchmarks/fd_half_sampling.py at a large shift: the permutation test's p-value is its
+    smallest, 1 / permutations, and both intervals lie above 0 and hold the truth; a cell's summary counts coverage,
+    the permutation's decision and the hybrid from those rows."""
+    mod = _script("fd_half_sampling.py")
+    job = (2, "paired", "large", 3.0, 0, 0, 10, 4, 0.5, 40, 50, 0)
+    row = mod._dataset(job)
+    assert row["truth"] == pytest.approx(9.0) and row["p_value"] == pytest.approx(1 / 50)
+    for name in mod.INTERVALS:
+        lo, hi = row[name][:2]
+        assert 0 < lo < hi
+    rows = [dict(row, p_value=0.5), dict(row, bootstrap=(-1.0, 20.0, False, 0.1)), row]
+    cell = mod.cell_summary(rows)
+    assert cell["permutation_rejects"] == pytest.approx(2 / 3)
+    hit = [lo <= 9.0 <= hi for lo, hi, *_ in (r["bootstrap"] for r in rows)]
+    assert cell["bootstrap"]["coverage"] == pytest.approx(np.mean(hit))
+    assert cell["bootstrap"]["above_0"] == pytest.approx(2 / 3)
+    assert cell["half"]["coverage_given"] == pytest.approx(1.0) and cell["half"]["check_fails"] == 0
+    assert mod.hybrid(0.5, 2.0, True) == (0.0, 2.0) and mod.hybrid(-0.5, 2.0, False)[0] > 0
+    assert np.isnan(mod.hybrid(-0.5, -0.1, False)[0])
+
+
 def test_coverage_reruns_of_one_metric_keep_the_others_cells_in_place():
     """benchmarks/coverage.py --only sets --set-metrics kid: a part's KID cells are replaced, its FD cells kept from
     the previous results, in their order; a part new to the file is taken whole."""
