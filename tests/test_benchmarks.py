@@ -182,24 +182,73 @@ def test_a_permutation_is_the_fd_of_the_rows_it_deals_to_each_side():
         assert len({tuple(r) for r in real}) > 4
 
 
-def test_half_sampling_benchmark_rejects_a_large_shift_and_counts_each_interval():
+def test_half_sampling_benchmark_rejects_a_large_shift_and_its_bootstrap_is_the_shipped_interval(monkeypatch):
     """One data set of benchmarks/fd_half_sampling.py at a large shift: the permutation test's p-value is its
-    smallest, 1 / permutations, and both intervals lie above 0 and hold the truth; a cell's summary counts coverage,
-    the permutation's decision and the hybrid from those rows."""
+    smallest, 1 / permutations, and both intervals lie above 0; on the same resampling counts its bootstrap interval
+    is distribution_bootstrap's bias-corrected FD interval (the same replicates, centring and boundary interval), and
+    its half-sampling interval is built on half_counts' draws."""
+    from wmeval.core.rng import make_rng
+    from wmeval.estimators import distributional as dist
+    from wmeval.estimators import resample
+    from wmeval.stats import distribution_bootstrap
+
     mod = _script("fd_half_sampling.py")
+    real_counts, real_half, calls = resample.cluster_counts, mod.half_counts, []
+    fixed = real_counts(np.arange(10), np.zeros(10, np.int64), 10, 40, np.random.default_rng(9))
+
+    def same_counts(*args, **kwargs):
+        return fixed
+
+    def recorded_half(group, n_resamples, rng):
+        calls.append((tuple(group), n_resamples))
+        return real_half(group, n_resamples, rng)
+
+    monkeypatch.setattr(resample, "cluster_counts", same_counts)
+    monkeypatch.setattr(dist, "cluster_counts", same_counts)
+    monkeypatch.setattr(mod, "half_counts", recorded_half)
     job = (2, "paired", "large", 3.0, 0, 0, 10, 4, 0.5, 40, 50, 0)
     row = mod._dataset(job)
     assert row["truth"] == pytest.approx(9.0) and row["p_value"] == pytest.approx(1 / 50)
+    assert len(calls) == 1 and len(calls[0][0]) == 10 and calls[0][1] == 40      # one draw, over the 10 episodes
     for name in mod.INTERVALS:
         lo, hi = row[name][:2]
         assert 0 < lo < hi
-    rows = [dict(row, p_value=0.5), dict(row, bootstrap=(-1.0, 20.0, False, 0.1)), row]
+    rng = make_rng(0, "fd_half_sampling", "paired", 2, "large", 0)         # the data set again, as _dataset draws it
+    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, 2)))
+    ep = np.repeat(np.arange(10), 4)
+    a = rng.normal(size=(10, 2))
+    x = (np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(40, 2))) @ chol.T
+    y = np.array([3.0, 0.0]) + (np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(40, 2))) @ chol.T
+    want = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=ep, metric="fd_bias_corrected",
+                                  n_resamples=40)
+    assert row["point"] == pytest.approx(want.point, rel=1e-9)
+    assert row["bootstrap"][:2] == pytest.approx((want.low, want.high), rel=1e-9)
+
+
+def test_half_sampling_cell_summary_counts_each_interval_and_its_hybrid():
+    """benchmarks/fd_half_sampling.py's cell summary: coverage over all data sets and over those the check passes,
+    the share above 0, the width over a normal interval of the estimates' spread, the permutation test's rejections,
+    and each hybrid (0 put in where the test accepts it, taken out where it rejects)."""
+    mod = _script("fd_half_sampling.py")
+    rows = [{"truth": 1.0, "point": 1.2, "p_value": 0.5, "bootstrap": (0.5, 1.5, False, 0.1),
+             "half": (1.1, 1.4, True, 0.1)},
+            {"truth": 1.0, "point": 0.8, "p_value": 0.01, "bootstrap": (-0.2, 0.9, False, 0.1),
+             "half": (0.6, 1.2, False, 0.1)},
+            {"truth": 1.0, "point": 1.0, "p_value": 0.01, "bootstrap": (0.7, 0.95, True, 0.1),
+             "half": (-0.1, 0.8, False, 0.1)}]
     cell = mod.cell_summary(rows)
-    assert cell["permutation_rejects"] == pytest.approx(2 / 3)
-    hit = [lo <= 9.0 <= hi for lo, hi, *_ in (r["bootstrap"] for r in rows)]
-    assert cell["bootstrap"]["coverage"] == pytest.approx(np.mean(hit))
-    assert cell["bootstrap"]["above_0"] == pytest.approx(2 / 3)
-    assert cell["half"]["coverage_given"] == pytest.approx(1.0) and cell["half"]["check_fails"] == 0
+    sd = np.std([1.2, 0.8, 1.0])
+    assert cell["permutation_rejects"] == pytest.approx(2 / 3) and cell["estimate_sd"] == pytest.approx(sd)
+    boot, half = cell["bootstrap"], cell["half"]
+    assert boot["coverage"] == pytest.approx(1 / 3) and boot["coverage_given"] == pytest.approx(1 / 2)
+    assert half["coverage"] == pytest.approx(1 / 3) and half["coverage_given"] == pytest.approx(1 / 2)
+    assert boot["above_0"] == pytest.approx(2 / 3) and half["above_0"] == pytest.approx(2 / 3)
+    assert boot["below"] == pytest.approx(2 / 3) and half["above"] == pytest.approx(1 / 3)
+    assert boot["check_fails"] == pytest.approx(1 / 3) and half["check_fails"] == pytest.approx(1 / 3)
+    assert boot["width_ratio"] == pytest.approx(np.mean([1.0, 1.1, 0.25]) / (2 * 1.959964 * sd))
+    # hybrids: row 0 accepts 0 (its interval stretched to 0), rows 1 and 2 reject it (lower end just above 0)
+    assert cell["bootstrap+permutation"] == pytest.approx({"coverage": 1 / 3, "above_0": 2 / 3})
+    assert cell["half+permutation"] == pytest.approx({"coverage": 2 / 3, "above_0": 2 / 3})
     assert mod.hybrid(0.5, 2.0, True) == (0.0, 2.0) and mod.hybrid(-0.5, 2.0, False)[0] > 0
     assert np.isnan(mod.hybrid(-0.5, -0.1, False)[0])
 
