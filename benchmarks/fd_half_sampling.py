@@ -105,6 +105,24 @@ def hybrid(low: float, high: float, accepts_zero: bool) -> tuple[float, float]:
     return (max(low, float(np.nextafter(0.0, 1.0))), high) if high > 0 else (float("nan"), float("nan"))
 
 
+def data_set(job: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, y, x_episode, y_cluster, shift)``: one data set of a cell (``job`` as :func:`_dataset` takes it), drawn
+    as ``coverage.py`` draws its set-level data sets, from this script's own seeds."""
+    from wmeval.core.rng import make_rng
+
+    d, design, truth_name, shift, axis, i, n, t, rho, *_, seed = job
+    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, d)))
+    delta = np.zeros(d)
+    delta[axis] = shift
+    ep = np.repeat(np.arange(n), t)
+    rng = make_rng(seed, "fd_half_sampling", design, d, truth_name, i)
+    a = rng.normal(size=(n, d))
+    b = a if design == "paired" else rng.normal(size=(n, d))
+    x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
+    return x, y, ep, ep if design == "paired" else ep + n, delta
+
+
 def _dataset(job: tuple) -> dict:
     from threadpoolctl import threadpool_limits
 
@@ -118,17 +136,8 @@ def _dataset(job: tuple) -> dict:
         jackknife_centred,
     )
 
-    d, design, truth_name, shift, axis, i, n, t, rho, n_resamples, n_perm, seed = job
-    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, d)))
-    delta = np.zeros(d)
-    delta[axis] = shift
-    ep = np.repeat(np.arange(n), t)
-    rng = make_rng(seed, "fd_half_sampling", design, d, truth_name, i)
-    a = rng.normal(size=(n, d))
-    b = a if design == "paired" else rng.normal(size=(n, d))
-    x = (np.sqrt(rho) * a[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-    y = delta + (np.sqrt(rho) * b[ep] + np.sqrt(1 - rho) * rng.normal(size=(n * t, d))) @ chol.T
-    y_ids = ep if design == "paired" else ep + n
+    _, design, _, _, _, i, _, _, _, n_resamples, n_perm, seed = job
+    x, y, ep, y_ids, delta = data_set(job)
     inv_r, inv_f, group = dist._cluster_index(ep, y_ids)
     n_cl = len(group)
     label = np.full(len(x), "all")

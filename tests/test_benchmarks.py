@@ -187,7 +187,6 @@ def test_half_sampling_benchmark_rejects_a_large_shift_and_its_bootstrap_is_the_
     smallest, 1 / permutations, and both intervals lie above 0; on the same resampling counts its bootstrap interval
     is distribution_bootstrap's bias-corrected FD interval (the same replicates, centring and boundary interval), and
     its half-sampling interval is built on half_counts' draws."""
-    from wmeval.core.rng import make_rng
     from wmeval.estimators import distributional as dist
     from wmeval.estimators import resample
     from wmeval.stats import distribution_bootstrap
@@ -213,12 +212,7 @@ def test_half_sampling_benchmark_rejects_a_large_shift_and_its_bootstrap_is_the_
     for name in mod.INTERVALS:
         lo, hi = row[name][:2]
         assert 0 < lo < hi
-    rng = make_rng(0, "fd_half_sampling", "paired", 2, "large", 0)         # the data set again, as _dataset draws it
-    chol = np.linalg.cholesky(np.diag(np.linspace(0.5, 2.0, 2)))
-    ep = np.repeat(np.arange(10), 4)
-    a = rng.normal(size=(10, 2))
-    x = (np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(40, 2))) @ chol.T
-    y = np.array([3.0, 0.0]) + (np.sqrt(0.5) * a[ep] + np.sqrt(0.5) * rng.normal(size=(40, 2))) @ chol.T
+    x, y, ep, _, _ = mod.data_set(job)                      # the data set _dataset drew
     want = distribution_bootstrap(x, y, real_clusters=ep, fake_clusters=ep, metric="fd_bias_corrected",
                                   n_resamples=40)
     assert row["point"] == pytest.approx(want.point, rel=1e-9)
