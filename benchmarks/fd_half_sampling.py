@@ -1,4 +1,4 @@
-"""Half-sampling replicates and a permutation test at 0 for the bias-corrected FD's interval, beside the shipped bootstrap.
+"""Half-sampling replicates and a permutation test at 0 for the bias-corrected FD's interval, beside the bootstrap.
 
 The bias-corrected FD's boundary interval (``wmeval.stats.distribution_bootstrap``, the bootstrap stage's code) is
 built on bootstrap replicates: plug-in FDs of episodes resampled with replacement. An episode drawn c times adds
