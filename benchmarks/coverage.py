@@ -22,7 +22,8 @@ history with the realized future) and **unpaired** (independent episodes). Cover
 of intervals containing the truth; power (under a shift, and under a three times larger one) and
 the false-positive rate (under truth 0) are the shares of intervals entirely above 0.
 Both carry the boundary interval (``wmeval.estimators.resample.boundary_interval``; the bias-corrected FD is the
-plug-in minus the episode jackknife's bias estimate); the cells are run at ``--set-episodes`` (32, the default
+plug-in minus the episode jackknife's bias estimate, its interval holding 0 or not as its permutation test of FD = 0
+decides, ``wmeval.estimators.resample.with_zero_test``); the cells are run at ``--set-episodes`` (32, the default
 config's count), again at ``--set-more-episodes`` (64), at ``--set-mid-dim`` (d = 16) and at ``--set-wide-dim``
 (64, the pixel encoder's d, where 32 episodes of 10 rows are too few for the FD's bias correction with independent
 sides: its two-scale check withholds those intervals, counted as ``withheld``; coverage, power and width are over the

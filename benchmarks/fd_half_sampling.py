@@ -4,7 +4,10 @@ The bias-corrected FD's boundary interval (``wmeval.stats.distribution_bootstrap
 built on bootstrap replicates: plug-in FDs of episodes resampled with replacement. An episode drawn c times adds
 c^2 of its self-pair terms, which the jackknife took out of the estimate, and the replicates' degenerate part is
 too wide the more so the higher the dimension (``benchmarks/fd_replicate_spread.py``): in ``benchmarks/coverage.py``
-the interval covers 98-100% with paired sides at d = 16 and 64.
+the interval covers 98-100% with paired sides at d = 16 and 64. (This script's results led to shipping the
+permutation test: the shipped interval is now ``bootstrap+permutation``, the test in ``distribution_bootstrap`` and
+the bootstrap stage, ``wmeval.estimators.resample.with_zero_test``; ``bootstrap`` here is the boundary interval
+alone, as shipped before it, and its results file records the run that computed it.)
 
 Two alternatives, measured here on ``coverage.py``'s design (episodes of 10 rows, rho = 0.5, the covariance
 diag(linspace(0.5, 2, d)), a true 0 and shifts of 0.5 and 1.5 along the lowest- and the highest-variance axis, paired

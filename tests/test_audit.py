@@ -184,3 +184,30 @@ def test_missing_numbers_read_n_a():
     from wmeval.lineage.audit import _fmt
 
     assert [_fmt(float("nan")), _fmt(None), _fmt(0.000123456789), _fmt(3)] == ["n/a", "n/a", "0.000123457", "3"]
+
+
+def test_the_audit_writes_an_interval_opened_at_0_and_what_the_permutation_test_did(mini):
+    """A bias-corrected FD's interval opened at 0 by its permutation test reads (0, high], not [4.9e-324, high], and
+    the test's line says what it did to the interval: from the interval itself, so that a rejection the interval
+    could not follow (it lies at or below 0) is not called a 0 taken out."""
+    import copy
+
+    from wmeval.lineage.audit import format_lineage
+
+    lin = lineage(mini, "blobs/reversed/fd_stratified")
+    iv = {"method": "boundary", "n_resamples": 500, "confidence_level": 0.9, "resampling_unit": "episode",
+          "n_clusters": 32, "baseline": None, "rank": 1, "rank_low": 1, "rank_high": 2, "bias_check": "passed",
+          "leftover_bias": 0.0, "leftover_bias_se": 0.1}
+
+    def text(low, high, p):
+        one = copy.deepcopy(lin)
+        one["conditions"][0]["values"] = {"point": 2e-4, "low": low, "high": high}
+        one["conditions"][0]["interval"] = {**iv, "p_value": p}
+        return format_lineage(one)
+    opened = text(5e-324, 3e-3, 0.1)                                  # p = alpha at 90% rejects
+    assert "(0, 0.003]" in opened and "e-324" not in opened
+    assert "permutation test of 0: p = 0.1 (0 taken out of the interval)" in opened
+    assert "(0 in the interval)" in text(-1e-3, 3e-3, 0.3)
+    assert "(rejects 0, but the interval lies at or below 0 and is kept)" in text(-3e-3, -1e-3, 0.01)
+    assert "(no interval to put 0 in or take it out of)" in text(None, None, 0.01)
+    assert "permutation test" not in text(-1e-3, 3e-3, None)

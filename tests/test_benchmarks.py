@@ -599,3 +599,34 @@ def test_direction_oracle_cell_counts_each_rules_intervals():
     for rule in oracle.RULES:
         assert got[rule] == {"coverage": hits[rule] / datasets, "power": above[rule] / datasets}
     assert 0 < got["known"]["coverage"] <= 1 and got["worst"]["coverage"] >= got["known"]["coverage"] - 0.2
+
+
+def test_sign_flip_benchmark_data_its_marginal_model_and_its_schemes():
+    """benchmarks/fd_sign_flip.py: the ``marginal`` model reverses each history's action effect yet matches the
+    realized futures over the histories (pooled FD near 0 where each group's own difference is large); ``invalid``
+    leaves out the model's last 2 steps in half the groups, whose realized rows the test then leaves out too; the
+    schemes are the shipped sign flip and the one-by-one deal within each group."""
+    from wmeval.estimators.distributional import Exchange
+
+    mod = _script("fd_sign_flip.py")
+    rng = np.random.default_rng(0)
+    ref, model = mod.data_set(rng, 400, 1, 1, 5, 0.7, "marginal")
+    group_diff = [model.x[model.episode == g, 0].mean() - ref.x[ref.episode == g, 0].mean() for g in range(400)]
+    assert np.mean(np.abs(group_diff)) > 1.0 and abs(np.mean(group_diff)) < 0.1
+    assert mod.population_fd(groups=4000) < 0.01
+    ref, model = mod.data_set(rng, 8, 1, 4, 5, 0.7, "invalid")
+    assert len(ref.x) == 8 * 5 and len(model.x) == 8 * 4 * 5 - 4 * 4 * 2
+    assert len(Exchange.of("frame", ref, model, []).sets.reference.x) == len(ref.x) - 4 * 2 + len(model.x)
+    args = {"seed": 0, "groups": 8, "steps": 5, "rho": 0.7, "permutations": 20}
+    seen = []
+    real = Exchange.counts
+
+    def record(self, n, rng):
+        seen.append(self.paired)
+        return real(self, n, rng)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Exchange, "counts", record)
+        for scheme in ("flip", "deal", "flip, no steps"):
+            assert len(mod._rejects(("shift", scheme, 1, 4, 0, args))) == 2
+    assert seen == [True, False, True]
+    assert mod._rejects(("shift", "flip", 1, 4, 0, {**args, "permutations": 200, "groups": 64}))[0]

@@ -235,6 +235,19 @@ def test_report_outputs_protocol_cards_and_dvc_plots(project):
     assert all(r["bias_check"] == "" for r in rows if not r["metric"].endswith("_bias_corrected"))
     assert all(r["low"] == r["high"] == "" for r in corrected if r["bias_check"] == "failed")
     assert "halves of the episodes" in cards["blobs"]["fd_bias_corrected"]["open_loop"]["bias check"]
+    # ... and its permutation test of 0, which puts 0 in its interval or takes it out; the shuffled control is built
+    # from another episode's state (no trajectory to exchange), so it has no test.
+    assert "sign-flip" in cards["blobs"]["fd_bias_corrected"]["open_loop"]["test of 0"]
+    tested = [r for r in corrected if r["p_value"] != ""]
+    assert {r["source"] for r in corrected if r["p_value"] == ""} == {"shuffled"}
+    assert all(0 < float(r["p_value"]) <= 1 for r in tested)
+    for r in tested:
+        if r["low"] != "":
+            low, high, rejected = float(r["low"]), float(r["high"]), float(r["p_value"]) <= 0.05
+            assert (low > 0) == rejected or (rejected and high <= 0), r       # kept where no interval agrees
+            assert rejected or low <= 0 <= high, r
+    assert {float(r["p_value"]) <= 0.05 for r in tested} == {True, False}    # both outcomes occur in the worlds
+    assert all(r["p_value"] == "" for r in rows if not r["metric"].endswith("_bias_corrected"))
     assert "bias check" not in cards["blobs"]["fd"]["open_loop"]
     prov = json.loads((project / "reports" / "provenance.json").read_text())
     assert prov["git"]["commit"] and set(prov["dvc_lock"]) >= {"rollouts", "features", "statistics", "bootstrap"}

@@ -383,6 +383,21 @@ def test_a_point_outside_its_interval_is_flagged():
     assert cell(above) == "1 [1.5, 2] †"
 
 
+def test_an_interval_the_permutation_test_opened_at_0_is_written_open():
+    """A lower end raised to the smallest positive double (the test of FD = 0 took 0 out) reads (0, high], not
+    [4.94e-324, high]; a true lower end, however small, keeps its bracket."""
+    from wmeval.estimators.resample import with_zero_test
+    from wmeval.report.scorecard import cell
+
+    row = _rows({"a": 1.0}, [(1, 1, 1)]).iloc[0]
+    row["point"], (row["low"], row["high"]) = 2e-4, with_zero_test(-1e-4, 3e-3, 0.01, 0.95)
+    assert cell(row) == "2.00e-04 (0, 0.003]"
+    row["point"] = -1e-4                            # the corrected estimate below 0, the test excluding 0
+    assert cell(row) == "-1.00e-04 (0, 0.003] §"
+    row["point"], row["low"] = 2e-4, 1e-12
+    assert cell(row) == "2.00e-04 [1.00e-12, 0.003]"
+
+
 def test_ranking_marks_first_last_and_changes():
     from wmeval.report.scorecard import ranking
 
@@ -718,3 +733,11 @@ def test_figures_computed_with_code_changed_since_are_named_and_their_reruns_not
     means_only = {k: v for k, v in each.items() if k not in ("sets", "sets_high_axis", "confirmation")}
     assert "the plug-in FD's intervals; the FD bias corrections' leftovers (changed: src/wmeval/stats.py)" in \
         coverage_glance(means_only, root)[2]
+
+
+def test_an_interval_open_at_0_is_muted_like_any_other_in_html():
+    from wmeval.rendering.document import _html_cell
+
+    assert _html_cell("2.00e-04 (0, 0.003] §") == '2.00e-04 <span class="iv">(0, 0.003]</span> §'
+    assert _html_cell("1 [0.9, 1.1] †") == '1 <span class="iv">[0.9, 1.1]</span> †'
+    assert _html_cell("0.5 (<1% of replicates undefined)") == "0.5 (&lt;1% of replicates undefined)"

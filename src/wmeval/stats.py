@@ -6,7 +6,8 @@
 - :func:`distribution_bootstrap`: interval of a set-level distance between real and generated
   embeddings (``fd``, ``fd_bias_corrected``, ``kid``), paired where the sides share cluster ids;
 - :class:`BootstrapResult`: ``point``, ``low``, ``high``, ``method``, ``n_resamples``, ``n_clusters``,
-  ``confidence_level``.
+  ``confidence_level`` and ``p_value`` (the bias-corrected FD's permutation test of 0, which decides whether
+  its interval holds 0; NaN elsewhere).
 
 >>> import numpy as np
 >>> r = cluster_bootstrap(np.arange(8.0), np.repeat(np.arange(4), 2), np.mean, n_resamples=200)

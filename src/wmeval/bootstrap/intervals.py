@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ from wmeval.estimators.resample import (
     percentile_interval,
     ratio_replicates,
     resample_counts,
+    with_zero_test,
 )
 from wmeval.metrics import REGISTRY, psnr_from_mse
 from wmeval.metrics.registry import near_equal
@@ -317,6 +319,7 @@ def replicate_rows(world: str, reps: list, wpts: pd.DataFrame, boot, base: str |
                 group = [by_source.get(row["source"], row) for row in group]
             _boundary(group, point, jackknife_centred(r.values, point, bias), counts, point, n,
                       boot.confidence_level, corrected=corrected)
+            _zero_test(group, r.extra.get("p_value", np.full(len(r.sources), np.nan)), boot.confidence_level)
             _bias_check(group, leftovers, failed)
             rows += group
     return rows
@@ -342,6 +345,15 @@ def _bias_check(group: list[dict], leftovers: np.ndarray, failed: np.ndarray) ->
             row.update({k: float("nan") for k in WITHHELD})
 
 
+def _zero_test(group: list[dict], p_value: np.ndarray, level: float) -> None:
+    """Give each bias-corrected row its permutation test of FD = 0 (``p_value``; NaN: none ran, a control built
+    from another episode's state) and put 0 in its interval or take it out as the test decides
+    (:func:`~wmeval.estimators.resample.with_zero_test`): whether a model is told from the reference is the test's."""
+    for j, row in enumerate(group):
+        row["p_value"] = float(p_value[j])
+        row["low"], row["high"] = with_zero_test(row["low"], row["high"], float(p_value[j]), level)
+
+
 def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: np.ndarray, scale: np.ndarray,
               n_clusters: np.ndarray, level: float, se: np.ndarray | None = None,
               replicate_se: np.ndarray | None = None, corrected: np.ndarray | None = None) -> None:
@@ -364,6 +376,12 @@ def _boundary(group: list[dict], center: np.ndarray, reps: np.ndarray, counts: n
             row["low"], row["high"], row["method"] = distance_interval(
                 float(center[j]), reps[:, j], counts, float(scale[j]), level, float(se[j]), replicate_se[:, j])
 
+
+
+def _permutation_rng(seed: int, world: str, view: str, source: str) -> np.random.Generator:
+    """The generator of one (world, view, model)'s permutation test: its own stream, so a model's p-value does not
+    depend on which others are evaluated beside it."""
+    return make_rng(seed, "fd_permutation", world, view, source)
 
 
 def distributional_rows(params: Params, stats: Path, rollouts: Path, features: Path, protocol: dict, counts_for,
@@ -392,10 +410,13 @@ def distributional_rows(params: Params, stats: Path, rollouts: Path, features: P
         plan = JackknifePlan.of(np.zeros(counts.shape[1], dtype=np.int64))
         n_jack = len(plan.counts) if len(plan.counts) > 1 else 0   # the jackknife's and its check's rows
         kid = stored_kid_blocks(kid_table, world, sets, counts.shape[1], str(stats / KID_BLOCKS_FILE))
-        with tqdm(total=(B + B_inf + n_jack) * len(sets), desc=f"FD replicates {world}", unit="rep", leave=False,
-                  mininterval=5) as bar:
+        n_tests = sum(vs.reference.trajectory is not None and s.trajectory is not None
+                      for vs in sets.values() for s in vs.sources.values())
+        with tqdm(total=(B + B_inf + n_jack) * len(sets) + B * n_tests, desc=f"FD replicates {world}", unit="rep",
+                  leave=False, mininterval=5) as bar:
             reps = replicates(sets, counts, settings, n_jobs=boot.n_jobs or None, progress=bar, executor=executor,
-                              kid_blocks=kid)
+                              kid_blocks=kid, n_permutations=B,
+                              permutation_rng=partial(_permutation_rng, boot.seed, world))
             inf_reps = (fd_infinity_replicates(sets, counts[:B_inf], settings, n_jobs=boot.n_jobs or None,
                                                progress=bar, executor=executor)
                         if (wpts.metric == "fd_infinity").any() else [])
@@ -475,6 +496,17 @@ def bootstrap_stage(params: Params, stats: Path, rollouts: Path, features: Path,
                                                "linear regime), so that it covers a true "
                                                "0 (paired differences and ranks: KID's replicates themselves, the "
                                                "bias-corrected FDs' reflected around the corrected point); "
+                                               "the bias-corrected FDs' intervals then hold 0 or exclude it as a "
+                                               "permutation test of FD = 0 on the plug-in decides (p_value; "
+                                               "rejected at p <= 1 - confidence_level; n_resamples_distributional "
+                                               "permuted data sets, the data counted as one): a sign-flip test in "
+                                               "which each (plan, episode) trades its realized futures and the "
+                                               "model's samples between the sides or not at random, each reweighted "
+                                               "so that a side keeps the group's weight; realized rows at a step "
+                                               "where the model's row is invalid take no part; an excluded 0 is "
+                                               "written as a lower end of the smallest positive double, (0, high]; "
+                                               "no test for a control built from another episode's state, which "
+                                               "keeps the boundary interval); "
                                                "the bias-corrected FDs' correction is checked on halves of the "
                                                "episodes (JackknifePlan), and a row whose estimated leftover "
                                                f"bias is above {BIAS_CHECK_LIMIT} replicate standard deviations "

@@ -56,7 +56,9 @@ from wmeval.estimators.resample import (
     distance_interval,
     jackknife_centred,
     leftover_bias,
+    permutation_p_value,
     percentile_interval,
+    with_zero_test,
 )
 from wmeval.metrics import (
     SAMPLE_SPACE_MAX,
@@ -86,12 +88,18 @@ class Side:
     x: np.ndarray
     episode: np.ndarray
     stratum: np.ndarray
+    #: ``(n, 3)`` each row's trajectory: its exchange group (one (plan, episode): the trajectories that share a
+    #: history and an action sequence), its sample within the group (realized futures ``-1, -2, ...``, a model's
+    #: ``0, 1, ...``) and its step; ``None`` where no such unit holds (a control built from another episode's
+    #: state), which then gets no permutation test (:class:`Exchange`)
+    trajectory: np.ndarray | None = None
 
     def subset(self, stratum: str | None) -> "Side":
         if stratum is None:
             return self
         m = self.stratum == stratum
-        return Side(self.x[m], self.episode[m], self.stratum[m])
+        return Side(self.x[m], self.episode[m], self.stratum[m],
+                    None if self.trajectory is None else self.trajectory[m])
 
 
 @dataclass
@@ -145,6 +153,7 @@ class _Embeddings:
         self.t_model, self.t_truth = np.arange(1, self.horizon + 1), np.arange(0, self.horizon + 1)
         self.steps = np.array([1]) if self.clip else self.t_model
         self.gt_blocks = {b.plan: b for b in blocks(self.truth)}
+        self.plan_index = {plan: i for i, plan in enumerate(sorted(self.gt_blocks))}
 
     def labels(self, plan: str, shape: tuple[int, int]) -> np.ndarray:
         """The stratum of each (episode, step) of a plan: its condition, or the bin of the action behind it."""
@@ -177,7 +186,7 @@ class _Embeddings:
 
     def side(self, table: pa.Table, regime: str, view: str, label: str) -> Side:
         """Every valid row of ``regime`` in ``table`` for the view, with its episode and stratum."""
-        xs, eps, sts = [], [], []
+        xs, eps, sts, trs = [], [], [], []
         for b in blocks(table):
             if b.regime != regime:
                 continue
@@ -188,9 +197,15 @@ class _Embeddings:
             xs.append(x[mask].astype(np.float64))
             eps.append(np.broadcast_to(np.arange(n)[:, None, None], (n, s, T))[mask])
             sts.append(np.broadcast_to(lab[:, None], (n, s, T))[mask])
+            group = self.plan_index[b.plan] * n + np.arange(n)
+            sample = -1 - np.arange(s) if regime == "realized" else np.arange(s)
+            trs.append(np.stack([np.broadcast_to(group[:, None, None], (n, s, T))[mask],
+                                 np.broadcast_to(sample[None, :, None], (n, s, T))[mask],
+                                 np.broadcast_to(np.arange(T)[None, None, :], (n, s, T))[mask]], axis=1))
         if not xs:
             raise WmevalError(f"{self.where}: {label} has no {regime} rows")
-        return Side(np.concatenate(xs), np.concatenate(eps).astype(np.int64), np.concatenate(sts).astype(str))
+        return Side(np.concatenate(xs), np.concatenate(eps).astype(np.int64), np.concatenate(sts).astype(str),
+                    np.concatenate(trs).astype(np.int64))
 
 
 def borrowed_clusters(side: Side, borrowed: np.ndarray) -> tuple[Side, np.ndarray]:
@@ -773,7 +788,8 @@ class Replicates:
     #: (:meth:`KernelBlocks.standard_error`, the bootstrap-t's scale); for the pooled and
     #: stratified FDs, ``jackknife_bias`` ``(S,)``: the episode jackknife's bias estimate (the stratified FD's is
     #: the strata's, weighted), which the bias-corrected form subtracts, and ``leftover_bias`` ``(H, S)``: what its
-    #: two-scale check estimates the correction leaves, per half (:class:`~wmeval.estimators.resample.JackknifePlan`)
+    #: two-scale check estimates the correction leaves, per half (:class:`~wmeval.estimators.resample.JackknifePlan`),
+    #: and ``p_value`` ``(S,)``: the permutation test of FD = 0 on the plug-in (:class:`Exchange`), NaN where none ran
     extra: dict = field(default_factory=dict)
 
 
@@ -867,6 +883,118 @@ class _ViewFD:
             else:
                 self._moments(s, c, vals[:, i])
         return vals
+
+
+@dataclass
+class Exchange:
+    """One (view, source)'s permutation test of FD = 0 on the plug-in FD, and the sets its permuted FDs are
+    computed on.
+
+    Paired sides (the bootstrap stage; ``distribution_bootstrap`` where the sides share cluster ids): a sign-flip
+    test. Each exchange group (:attr:`Side.trajectory`: a (plan, episode), whose realized futures and model samples
+    share the history and the actions; a cluster in ``distribution_bootstrap``) trades sides or not at random: its
+    reference rows go to the model's side and its model rows to the reference's, each side's rows of the group
+    reweighted so that the side keeps the group's weight (rows x their count on the other side over their own:
+    4 realized futures against K = 1 sample trade at weights 4 and 1/4). Under FD = 0 (the model's futures and the
+    realized ones have one distribution over the evaluation's histories) a group's contribution to the difference
+    is as likely reversed, so the flips give the statistic's null distribution: exactly where the group's
+    trajectories are exchangeable and as many on each side (a sign flip is then a permutation of them), and to
+    first order otherwise. Trading trajectories one by one instead (one of K + 1 to the reference) would dilute a
+    group's own difference by 1/K in the permuted sets and reject models whose futures match the realized ones
+    over the histories but not history by history. Where the rows carry their step (the bootstrap stage), a
+    realized row at a step the model has no valid row for (an invalid row, left out of the model's side) is left
+    out of the test, so that a trade moves the same steps both ways.
+
+    Independent sides (``distribution_bootstrap`` where the sides share no cluster id): the units of the one group
+    (each cluster) are dealt anew, as many to the reference as it has.
+
+    Both sides hold every row: unit ``u`` on the reference side, ``U + u`` on the model's, and a permuted data set
+    weights each copy (:meth:`counts`), so that its FD is computed by :class:`_ViewFD` as a bootstrap replicate's is.
+    """
+
+    sets: ViewSets
+    group: np.ndarray      # (U,) each unit's exchange group
+    on_ref: np.ndarray     # (U,) the unit is the reference's in the data
+    rows: np.ndarray       # (U,) each unit's rows
+    paired: bool
+    #: the rows' total variance (the trace of their covariance, both sides together): the size of the FDs'
+    #: rounding, below which two permuted FDs tie (:func:`~wmeval.estimators.resample.permutation_p_value`)
+    scale: float
+
+    @classmethod
+    def of(cls, view: str, ref: Side, fake: Side, strata: list[str], paired: bool = True) -> Exchange | None:
+        """The exchange between ``ref`` and ``fake``; ``None`` where either side's rows carry no trajectory."""
+        if ref.trajectory is None or fake.trajectory is None:
+            return None
+        if ref.trajectory.shape[1] > 2:            # (group, sample, step): the realized rows at the model's steps
+            steps = np.unique(fake.trajectory[:, [0, 2]], axis=0)
+            keep = _row_in(ref.trajectory[:, [0, 2]], steps)
+            ref = Side(ref.x[keep], ref.episode[keep], ref.stratum[keep], ref.trajectory[keep])
+        uniq, unit = np.unique(np.concatenate([ref.trajectory[:, :2], fake.trajectory[:, :2]]), axis=0,
+                               return_inverse=True)
+        unit = np.asarray(unit).reshape(-1)
+        rows, label = np.concatenate([ref.x, fake.x]), np.concatenate([ref.stratum, fake.stratum])
+        on_ref = np.zeros(len(uniq), bool)
+        on_ref[unit[:len(ref.x)]] = True
+        if (on_ref[unit[len(ref.x):]]).any():
+            raise ValueError("Exchange.of: a trajectory holds rows of both sides")
+        sets = ViewSets(view, Side(rows, unit, label), {"model": Side(rows, unit + len(uniq), label)}, strata)
+        scale = float(np.trace(np.atleast_2d(np.cov(rows, rowvar=False)))) if len(rows) > 1 else 0.0
+        return cls(sets, uniq[:, 0], on_ref, np.bincount(unit, minlength=len(uniq)).astype(np.float64), paired,
+                   scale)
+
+    def counts(self, n_permutations: int, rng: np.random.Generator) -> np.ndarray:
+        """``(P, 2U)`` the units' weights on the reference side, then on the model's: row 0 the data (the
+        identity), each other row a permuted data set (paired: each group traded or not, reweighted; independent:
+        the units dealt anew)."""
+        _, g = np.unique(self.group, return_inverse=True)
+        g = np.asarray(g).reshape(-1)
+        n_groups = int(g.max()) + 1 if len(g) else 0
+        if self.paired:
+            ref_rows = np.bincount(g, weights=self.rows * self.on_ref, minlength=n_groups)
+            fake_rows = np.bincount(g, weights=self.rows * ~self.on_ref, minlength=n_groups)
+            both = (ref_rows > 0) & (fake_rows > 0)             # a group one side lacks stays where it is
+            flip = (rng.integers(0, 2, size=(n_permutations, n_groups)) * both).astype(bool)
+            flip[0] = False
+            f = flip[:, g]
+            ratio = np.where(both, ref_rows / np.where(both, fake_rows, 1.0), 1.0)[g]     # (U,)
+            ref = np.where(self.on_ref, ~f, f * ratio)
+            model = np.where(self.on_ref, f / ratio, ~f)
+            return np.concatenate([ref, model], axis=1).astype(np.float64)
+        n_ref = np.bincount(g, weights=self.on_ref.astype(np.float64), minlength=n_groups).astype(np.int64)
+        start = np.concatenate([[0], np.cumsum(np.bincount(g, minlength=n_groups))[:-1]])
+        order = np.argsort(g[None, :] + rng.random((n_permutations, len(g))), axis=1)   # by group, then at random
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(len(g))[None, :] - start[g[order]], axis=1)
+        ref = rank < n_ref[g][None, :]
+        ref[0] = self.on_ref
+        return np.concatenate([ref, ~ref], axis=1).astype(np.float64)
+
+    def statistics(self, counts: np.ndarray, weights: np.ndarray, n_jobs: int | None = None, progress=None,
+                   executor=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(pooled, stratified)`` ``(P,)``: the plug-in FD pooled, and stratified with the strata's
+        ``weights``, of each permuted data set (rows of :meth:`counts`)."""
+        one = _ViewFD.of(self.sets, counts.shape[1])
+        blocks = replicate_blocks(counts)
+        vals = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks), executor,
+                                              per_item=len(blocks[0])))[:, :, 0]        # (P, 1 + strata)
+        return vals[:, 0], vals[:, 1:] @ np.asarray(weights, dtype=np.float64)
+
+    def p_values(self, counts: np.ndarray, weights: np.ndarray, n_jobs: int | None = None, progress=None,
+                 executor=None) -> tuple[float, float]:
+        """``(pooled, stratified)``: the test's p-values over the permuted data sets of ``counts``."""
+        pooled, stratified = self.statistics(counts, weights, n_jobs, progress, executor)
+        return permutation_p_value(pooled, self.scale), permutation_p_value(stratified, self.scale)
+
+
+def _row_in(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(len(a),)``: whether each row of the integer array ``a`` ``(n, 2)`` is a row of ``b`` ``(m, 2)``."""
+    if not len(b):
+        return np.zeros(len(a), bool)
+    lo = np.minimum(a.min(axis=0), b.min(axis=0))
+    span = np.maximum(a.max(axis=0), b.max(axis=0)) - lo + 1
+    key = lambda r: (r[:, 0] - lo[0]) * span[1] + (r[:, 1] - lo[1])             # noqa: E731
+    return np.isin(key(a), key(b))
 
 
 def fd_inf_grid(n_episodes: int, cfg: Settings) -> list[int]:
@@ -1061,8 +1189,9 @@ def _jackknife_biases(one: _ViewFD, vs: ViewSets, n_eps: int, n_jobs: int, progr
 
 def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_jobs: int | None = None,
                progress=None, executor=None,
-               kid_blocks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
-               ) -> list[Replicates]:
+               kid_blocks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+               n_permutations: int = 0,
+               permutation_rng: Callable[[str, str], np.random.Generator] | None = None) -> list[Replicates]:
     """FD (pooled, strata, stratified) and KID replicates over the rows of ``counts`` ``(B, N)``.
 
     Each replicate depends only on its row of ``counts``: serial and parallel runs give identical
@@ -1077,8 +1206,14 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
     replicates run as Ray tasks instead, each with single-threaded BLAS too: the same bits. ``kid_blocks``:
     KID's block sums per (view, source) as the statistics stage stored them (:func:`stored_kid_blocks`,
     checked against these rows); the others are built here.
+
+    With ``n_permutations`` (and ``permutation_rng(view, source)``, each test's generator), the pooled and
+    stratified FDs carry ``p_value`` ``(S,)``: the permutation test of FD = 0 on the plug-in (:class:`Exchange`;
+    :func:`~wmeval.estimators.resample.permutation_p_value`), NaN for a source whose rows carry no trajectory.
     """
     n_jobs = n_jobs or usable_cores()
+    if permutation_rng is None:
+        permutation_rng = partial(make_rng, cfg.seed, "fd_permutation")
     out: list[Replicates] = []
     for view, vs in sets.items():
         one = _ViewFD.of(vs, counts.shape[1])
@@ -1088,16 +1223,23 @@ def replicates(sets: dict[str, ViewSets], counts: np.ndarray, cfg: Settings, n_j
                                             executor, per_item=len(blocks[0])))   # (B, 1 + strata, S)
         bias, left = _jackknife_biases(one, vs, counts.shape[1], n_jobs, progress, executor)   # (1 + strata, S)
         pooled = _episode_counts(vs, sources, None)
-        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled,
-                              {"jackknife_bias": bias[0], "leftover_bias": left[:, 0]}))
-        for i, s in enumerate(vs.strata, start=1):
-            out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i], _episode_counts(vs, sources, s)))
         weights = stratum_weights(vs, cfg.strata_weights)
         w = np.array([weights[s] for s in vs.strata])
+        p_pooled, p_strat = np.full(len(sources), np.nan), np.full(len(sources), np.nan)
+        for j, src in enumerate(sources):
+            ex = Exchange.of(view, vs.reference, vs.sources[src], vs.strata) if n_permutations else None
+            if ex is not None:
+                p_pooled[j], p_strat[j] = ex.p_values(ex.counts(n_permutations, permutation_rng(view, src)), w,
+                                                      n_jobs, progress, executor)
+        out.append(Replicates("fd", f"{view}:pooled", sources, fd[:, 0], pooled,
+                              {"jackknife_bias": bias[0], "leftover_bias": left[:, 0], "p_value": p_pooled}))
+        for i, s in enumerate(vs.strata, start=1):
+            out.append(Replicates("fd", f"{view}:{s}", sources, fd[:, i], _episode_counts(vs, sources, s)))
         out.append(Replicates("fd_stratified", f"{view}:{cfg.strata_weights}", sources,
                               np.tensordot(fd[:, 1:], w, axes=([1], [0])), pooled,
                               {"jackknife_bias": np.tensordot(bias[1:], w, axes=([0], [0])),
-                               "leftover_bias": np.tensordot(left[:, 1:], w, axes=([1], [0]))}))
+                               "leftover_bias": np.tensordot(left[:, 1:], w, axes=([1], [0])),
+                               "p_value": p_strat}))
         c, n = counts.astype(np.float64), counts.shape[1]
         stored = kid_blocks or {}
         xx = None if all((view, src) in stored for src in sources) else KernelBlocks.self_blocks(vs.reference, n)
@@ -1159,7 +1301,13 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
             recentred on FD + that bias: the bootstrap's own estimate, ``2 FD - mean FD*``, leaves a positive
             bias in moderate d; no interval, with a warning, where the correction fails its two-scale check,
             :class:`~wmeval.estimators.resample.JackknifePlan`: with too few independent rows for the
-            dimension it leaves a bias its interval would not show) or ``kid`` (unbiased MMD^2 with the
+            dimension it leaves a bias its interval would not show; 0 put in the interval or taken out as a
+            permutation test of FD = 0 on the plug-in decides, ``n_resamples`` permutations with the data counted
+            as one: paired sides trade each cluster's real and generated rows at random, each reweighted to the
+            other's row count (:class:`Exchange`), independent sides deal the clusters to the sides anew, as many to
+            each as it has; the result's ``p_value``, and a lower end of the
+            smallest positive double where the test excludes 0, :func:`~wmeval.estimators.resample.with_zero_test`)
+            or ``kid`` (unbiased MMD^2 with the
             kernel ``(x.y / d + 1)^3``; near 0 the boundary interval,
             :func:`~wmeval.estimators.resample.boundary_interval`, which covers a true 0 at about the nominal
             level where a percentile interval covers it 99-100% of the time, and far from 0, where the
@@ -1170,7 +1318,8 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
 
     Returns:
         :class:`~wmeval.estimators.resample.BootstrapResult`; ``n_clusters`` counts distinct ids
-        over both sides. With fewer than 2 clusters in a resampling group: a warning and a NaN interval.
+        over both sides; ``p_value`` the permutation test's (``fd_bias_corrected`` only, else NaN). With fewer
+        than 2 clusters in a resampling group: a warning and a NaN interval.
 
     >>> rng = np.random.default_rng(0)
     >>> x, y = rng.normal(size=(200, 3)), rng.normal(size=(200, 3)) + 1.0
@@ -1211,6 +1360,7 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
     with threadpool_limits(limits=1):
         reps = np.concatenate([one.many(block) for block in replicate_blocks(counts)])[:, 0, 0]
     ok = reps[np.isfinite(reps)]
+    p_value = float("nan")
     if not (ok.size and enough):
         lo, hi = np.nan, np.nan
     elif metric == "fd_bias_corrected":
@@ -1234,8 +1384,28 @@ def distribution_bootstrap(real: np.ndarray, fake: np.ndarray, *, real_clusters:
         else:
             lo, hi = boundary_interval(point, jackknife_centred(reps[fin], point, bias), counts[fin], point,
                                        confidence_level, corrected=point - bias)
+        p_value = _permutation_test(ref, side, group, n_resamples, seed)
+        lo, hi = with_zero_test(lo, hi, p_value, confidence_level)
         point -= bias
     else:
         lo, hi = percentile_interval(ok, confidence_level)
     return BootstrapResult(float(point), float(lo), float(hi), SET_METRICS[metric], n_resamples, n,
-                           confidence_level)
+                           confidence_level, p_value)
+
+
+def _permutation_test(ref: Side, side: Side, group: np.ndarray, n_permutations: int, seed: int) -> float:
+    """:func:`distribution_bootstrap`'s permutation test of FD = 0 on the plug-in (:class:`Exchange`): paired sides
+    (``group`` all ``paired``) trade each cluster's real and generated rows or not at random; independent sides
+    deal the clusters to the sides anew, as many to each as it has."""
+    paired = group[0] == "paired"
+    if paired:                                # each cluster a group of one real and one generated unit
+        ref_t = np.stack([ref.episode, np.full(len(ref.x), -1)], axis=1)
+        fake_t = np.stack([side.episode, np.zeros(len(side.x), np.int64)], axis=1)
+    else:                                     # one group; each cluster its own unit
+        ref_t = np.stack([np.zeros(len(ref.x), np.int64), -1 - ref.episode], axis=1)
+        fake_t = np.stack([np.zeros(len(side.x), np.int64), side.episode], axis=1)
+    ex = Exchange.of("frame", dataclasses.replace(ref, trajectory=ref_t),
+                     dataclasses.replace(side, trajectory=fake_t), [], paired=paired)
+    counts = ex.counts(n_permutations, make_rng(seed, "distribution_bootstrap", "permutation"))
+    with threadpool_limits(limits=1):
+        return ex.p_values(counts, np.zeros(0), n_jobs=1)[0]

@@ -31,6 +31,8 @@ class BootstrapResult:
     n_resamples: int
     n_clusters: int
     confidence_level: float
+    #: the permutation test of a distance of 0 where one was run (:func:`permutation_p_value`), else NaN
+    p_value: float = float("nan")
 
 
 def resample_counts(n_clusters: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -657,6 +659,47 @@ def _inverted_test(center: float, replicates: np.ndarray, counts: np.ndarray, sc
     else:                                    # lo0 <= 0 here: the accepted values are [lo0, min(hi0, 0)]
         high = min(hi0, 0.0)
     return float(low), float(max(high, low))
+
+
+#: A permuted statistic within this share of the largest statistic's size (or of ``scale``) of the data's ties with it.
+PERMUTATION_TIE_RTOL = 1e-10
+
+
+def permutation_p_value(statistics: np.ndarray, scale: float = 0.0) -> float:
+    """The permutation test's p-value: the share of permuted data sets whose statistic is at least the data's.
+
+    ``statistics`` ``(P,)``: row 0 the data itself (the identity permutation, which counts, so that the
+    p-value is never below ``1 / P``), the rest the permuted data sets'. A permuted statistic below the data's
+    by no more than :data:`PERMUTATION_TIE_RTOL` times the larger of ``scale`` (the size of the data whose
+    rounding the statistics carry: for an FD, the rows' total variance) and the statistics' own largest size
+    counts as at least it (a model whose rows are the reference's gives p = 1 whatever the features' scale). NaN
+    where the data's statistic is not finite; non-finite permuted ones count as at least it.
+    """
+    t = np.asarray(statistics, dtype=np.float64)
+    if t.size == 0 or not np.isfinite(t[0]):
+        return float("nan")
+    size = max(float(scale), float(np.max(np.abs(t[np.isfinite(t)]))))
+    return float(np.mean(~(t < t[0] - PERMUTATION_TIE_RTOL * size)))
+
+
+def with_zero_test(low: float, high: float, p_value: float, confidence_level: float) -> tuple[float, float]:
+    """An interval for a distance ``theta >= 0`` with 0 put in or taken out as a permutation test of
+    ``theta = 0`` at ``alpha = 1 - confidence_level`` decides (:func:`permutation_p_value`).
+
+    The test accepts 0 (``p_value > alpha``; it rejects at ``p_value <= alpha``, ``alpha`` rounded to 12
+    decimals so that 50 of 500 rejects at 90%): the interval is widened to hold 0. It rejects 0: the interval's
+    lower end, where it was at or below 0, is raised to the smallest positive double (an interval open at 0, which
+    reports write (0, high]). A test that rejects 0 for an interval lying entirely at or below 0 (an estimate below
+    what a true 0 gives, with a permuted statistic that still says the sides differ) leaves the interval as it is:
+    no interval the two agree on exists, and the bootstrap's is kept. No p-value (NaN), or no interval: unchanged.
+    """
+    if not (np.isfinite(p_value) and np.isfinite(low) and np.isfinite(high)):
+        return low, high
+    if p_value > round(1.0 - confidence_level, 12):
+        return min(low, 0.0), max(high, 0.0)
+    if high <= 0.0:
+        return low, high
+    return max(low, float(np.nextafter(0.0, 1.0))), high
 
 
 #: The share of the replicates' variance in their linear part (:func:`linear_share`) above which KID's interval is

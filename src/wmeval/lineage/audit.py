@@ -338,7 +338,7 @@ def _checked_metrics(root: Path, check: bool) -> tuple[dict[str, Any], Path, lis
 #: Interval fields an audit lists per condition.
 INTERVAL_FIELDS = ("method", "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "unit", "baseline",
                    "rank", "rank_low", "rank_high", "undefined_replicates", "aggregate", "leftover_bias",
-                   "leftover_bias_se", "bias_check")
+                   "leftover_bias_se", "bias_check", "p_value")
 
 
 def _conditions(root: Path, world: str, source: str, metric: str, chosen: dict[str, Any],
@@ -509,7 +509,9 @@ def format_lineage(lin: dict[str, Any]) -> str:
     lines.append("values")
     for c in lin["conditions"]:
         v = c["values"]
-        s = f"  {c['key']}: {_fmt(v.get('point'))} [{_fmt(v.get('low'))}, {_fmt(v.get('high'))}]"
+        low = v.get("low")
+        opened = low is not None and 0 < low < 1e-300        # the permutation test took 0 out: open at 0
+        s = f"  {c['key']}: {_fmt(v.get('point'))} {'(0' if opened else '[' + _fmt(low)}, {_fmt(v.get('high'))}]"
         if "diff_to_baseline" in v:
             s += (f"; diff to baseline {_fmt(v['diff_to_baseline'])} [{_fmt(v.get('diff_low'))}, "
                   f"{_fmt(v.get('diff_high'))}], P(better) {_fmt(v.get('p_better'))}"
@@ -524,6 +526,13 @@ def format_lineage(lin: dict[str, Any]) -> str:
             if iv.get("bias_check"):
                 lines.append(f"    bias check: {iv['bias_check']} (the jackknife's correction leaves an estimated "
                              f"{_fmt(iv.get('leftover_bias'))} +- {_fmt(iv.get('leftover_bias_se'))})")
+            if iv.get("p_value") is not None:            # JSON null: no test ran
+                rejects = iv["p_value"] <= round(1 - iv["confidence_level"], 12)
+                what = ("no interval to put 0 in or take it out of" if low is None or v.get("high") is None
+                        else "0 taken out of the interval" if opened or (rejects and low > 0)
+                        else "rejects 0, but the interval lies at or below 0 and is kept" if rejects
+                        else "0 in the interval")
+                lines.append(f"    permutation test of 0: p = {_fmt(iv['p_value'])} ({what})")
     ip = lin["interval_protocol"]
     if ip:
         b = ip["bootstrap"] or {}

@@ -295,7 +295,8 @@ REGISTRY: dict[str, MetricInfo] = {
                    "jackknife bias-corrected stratified FD, FD_strat minus the episode jackknife's bias "
                    "estimate (delete-one up to 32 episodes, else 32 groups), with the boundary interval: the "
                    "headline and the ranks (its interval covers; the plug-in's does not)",
-                   card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator", "fd_bias_check"),
+                   card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator", "fd_bias_check",
+                         "fd_zero_test"),
                    shown=(Shown("distributional", "{view}: FD stratified, bias-corrected",
                                 condition="{view}:uniform", headline="transition"),
                           Shown("distributional", "{view}: FD stratified, bias-corrected",
@@ -303,7 +304,8 @@ REGISTRY: dict[str, MetricInfo] = {
         MetricInfo("fd_bias_corrected", False, "encoder units^2", "distributional",
                    "jackknife bias-corrected pooled FD, FD minus the episode jackknife's bias estimate "
                    "(delete-one up to 32 episodes, else 32 groups), with the boundary interval",
-                   card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator", "fd_bias_check"),
+                   card=("frames", "encoder", "views_strata", "fd_sample_counts", "fd_estimator", "fd_bias_check",
+                         "fd_zero_test"),
                    shown=(Shown("distributional", "{view}: FD bias-corrected", condition="{view}:pooled"),)),
         MetricInfo("fd_infinity", False, "encoder units^2", "distributional",
                    "FD-infinity, both sides extrapolated: intercept of FD_M = a + b / M over subsets of M "

@@ -94,8 +94,8 @@ def inline(text: str) -> str:
 
 
 def _html_cell(text: str) -> str:
-    # The interval of a "point [low, high]" cell in a muted span.
-    return re.sub(r"\[([^\[\]]*)\]", r'<span class="iv">[\1]</span>', inline(text))
+    # The interval of a "point [low, high]" cell (or "point (0, high]", open at 0) in a muted span.
+    return re.sub(r"\[[^\[\]]*\]|\(0, [^\[\]()]*\]", lambda m: f'<span class="iv">{m.group(0)}</span>', inline(text))
 
 
 def to_html(doc: Doc, title: str) -> str:

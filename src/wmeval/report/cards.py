@@ -225,6 +225,18 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
         "replicates and twice its own standard error (too few independent rows for the dimension), the row has "
         "no interval, paired difference, rank or rank interval, and takes no part in the others' (`leftover_bias`, "
         "`leftover_bias_se`, `bias_check` in reports/intervals.csv)")},
+    "fd_zero_test": lambda c: {"test of 0": (
+        f"a permutation test of FD = 0 on the plug-in, {c.protocol['bootstrap'].get('n_resamples_distributional')} "
+        "permuted data sets with the data counted as one, decides whether the interval holds 0: a sign-flip test, "
+        "in which each (plan, episode) trades its realized futures and the model's samples, which share the history "
+        "and the actions, between the sides or not at random, each reweighted so that a side keeps the group's "
+        "weight (under FD = 0 a group's contribution to the difference is as likely reversed; exact where the "
+        "trajectories are exchangeable and as many on each side); realized rows at a step where the model's row is "
+        "invalid take no part. "
+        f"Rejected (p <= {round(1 - c.protocol['bootstrap'].get('confidence_level', 0.95), 6):g}): "
+        "the interval is open at 0, (0, high]; accepted: it is widened to "
+        "hold 0 (`p_value` in reports/intervals.csv). A control built from another episode's state has no such "
+        "unit, no test, and keeps the boundary interval")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
     "prdc_radii": lambda c: {"radii": (
         "the k-NN radii of both sets are computed once on all rows and held fixed in the bootstrap "

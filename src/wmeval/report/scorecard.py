@@ -56,6 +56,11 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+#: Below this, a positive lower end is the mark of an interval open at 0 (:func:`~wmeval.estimators.resample.
+#: with_zero_test` raises a lower end at or below 0 to the smallest positive double where its test rejects 0).
+OPEN_AT_ZERO = 1e-300
+
+
 def cell(row: pd.Series | None) -> str:
     if row is None:
         return "n/a"
@@ -65,8 +70,12 @@ def cell(row: pd.Series | None) -> str:
         return "undefined"
     if getattr(row, "bias_check", None) == "failed":
         return f"{fmt(row.point)} (no interval: the bias correction fails its check ‡)"
-    text = f"{fmt(row.point)} [{fmt(row.low)}, {fmt(row.high)}]"
-    if np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
+    # A lower end of the smallest positive double: the permutation test took 0 out (the interval is open at 0).
+    opened = 0 < row.low < OPEN_AT_ZERO
+    text = f"{fmt(row.point)} {'(0' if opened else f'[{fmt(row.low)}'}, {fmt(row.high)}]"
+    if opened and row.point <= 0:
+        text += " §"
+    elif np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
         text += " †"
     undefined = getattr(row, "undefined_replicates", 0.0)
     if undefined and undefined > 0:
@@ -76,7 +85,12 @@ def cell(row: pd.Series | None) -> str:
 
 OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replicates of a biased plug-in estimator "
                 "(FD: resampled episodes repeat rows, which inflates it) sit beside the point. The interval is "
-                "the plug-in's; the bias-corrected FD carries the boundary interval, around the corrected value. "
+                "the plug-in's; the bias-corrected FD carries the boundary interval, around the corrected value, "
+                "with 0 put in or taken out as a permutation test of FD = 0 decides (each model's trajectories "
+                "dealt anew with the realized futures of the same history and actions; `p_value` in "
+                "intervals.csv): an interval written (0, x] excludes 0 by that test. § The bias-corrected estimate "
+                "is at or below 0 while that test excludes 0: the jackknife's correction took out more than the "
+                "difference the test sees. "
                 "‡ Where the jackknife's correction fails its two-scale check (repeated on halves of the episodes, "
                 f"it leaves a bias above {BIAS_CHECK_LIMIT} standard deviations of the replicates and twice its own "
                 "standard error: too few independent rows for the "
@@ -1348,7 +1362,7 @@ def render(intervals: pd.DataFrame, protocol: dict[str, Any], curves: pd.DataFra
 INTERVAL_COLUMNS = ["world", "source", "metric", "regime", "condition", "unit", "point", "low", "high", "baseline",
                     "diff_point", "diff_low", "diff_high", "p_better", "p_tie", "rank", "rank_low", "rank_high", "method",
                     "n_resamples", "confidence_level", "resampling_unit", "n_clusters", "undefined_replicates",
-                    "leftover_bias", "leftover_bias_se", "bias_check"]
+                    "leftover_bias", "leftover_bias_se", "bias_check", "p_value"]
 
 
 def interval_table(intervals: pd.DataFrame, protocol: dict[str, Any]) -> pd.DataFrame:
