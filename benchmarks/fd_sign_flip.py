@@ -13,8 +13,8 @@ effect grows over the steps. Cells (each ``--datasets`` data sets, ``--permutati
 
 - ``exchangeable``: the model's samples have the realized futures' distribution given the history (a true 0);
 - ``marginal``: the model reverses the action's effect. With symmetric actions its futures have the realized ones'
-  distribution over the histories (FD = 0 in the population: ``population_fd``, from 20000 groups), but not history
-  by history;
+  distribution over the histories (FD = 0 in the population by symmetry; ``population_fd``, the plug-in on 20000
+  groups, is near 0), but not history by history;
 - ``invalid``: exchangeable, with a drift over the steps and the model's last 2 steps invalid in half the groups,
   with the realized rows of those steps left out of the test (``steps``, as the stage does) or kept (``no steps``);
 - ``shift``: the model's futures shifted by 0.15 along the first axis (power);
@@ -22,7 +22,8 @@ effect grows over the steps. Cells (each ``--datasets`` data sets, ``--permutati
   trajectories, so the test's level is exact up to the data sets' draw).
 
 Each cell reports the share of data sets whose test rejects 0 at 5%, for the pooled and the stratified FD (two strata,
-early and late steps), with its binomial standard error.
+early and late steps), with ``se``, the binomial standard error of a share of 5% over its data sets (a test's level's;
+a power cell's own is larger).
 
     python benchmarks/fd_sign_flip.py [--datasets 400] [--permutations 100] [--jobs 2]
 """

@@ -210,4 +210,5 @@ def test_the_audit_writes_an_interval_opened_at_0_and_what_the_permutation_test_
     assert "(0 in the interval)" in text(-1e-3, 3e-3, 0.3)
     assert "(rejects 0, but the interval lies at or below 0 and is kept)" in text(-3e-3, -1e-3, 0.01)
     assert "(no interval to put 0 in or take it out of)" in text(None, None, 0.01)
+    assert "(0 not in the interval; the test rejects 0)" in text(1e-4, 3e-3, 0.01)
     assert "permutation test" not in text(-1e-3, 3e-3, None)

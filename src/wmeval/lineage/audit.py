@@ -529,7 +529,8 @@ def format_lineage(lin: dict[str, Any]) -> str:
             if iv.get("p_value") is not None:            # JSON null: no test ran
                 rejects = iv["p_value"] <= round(1 - iv["confidence_level"], 12)
                 what = ("no interval to put 0 in or take it out of" if low is None or v.get("high") is None
-                        else "0 taken out of the interval" if opened or (rejects and low > 0)
+                        else "0 taken out of the interval" if opened
+                        else "0 not in the interval; the test rejects 0" if rejects and low > 0
                         else "rejects 0, but the interval lies at or below 0 and is kept" if rejects
                         else "0 in the interval")
                 lines.append(f"    permutation test of 0: p = {_fmt(iv['p_value'])} ({what})")

@@ -234,7 +234,8 @@ CARD_FIELDS: dict[str, Callable[[CardContext], dict[str, str]]] = {
         "trajectories are exchangeable and as many on each side); realized rows at a step where the model's row is "
         "invalid take no part. "
         f"Rejected (p <= {round(1 - c.protocol['bootstrap'].get('confidence_level', 0.95), 6):g}): "
-        "the interval is open at 0, (0, high]; accepted: it is widened to "
+        "an interval whose lower end was at or below 0 is opened at 0, (0, high], and one lying at or below 0 is "
+        "kept as it is; accepted: it is widened to "
         "hold 0 (`p_value` in reports/intervals.csv). A control built from another episode's state has no such "
         "unit, no test, and keeps the boundary interval")},
     "prdc_k": lambda c: {"k": str(c.sc.get("prdc_k"))},
