@@ -36,6 +36,7 @@ from wmeval.core.digest import code_version, file_sha256, md5_file
 from wmeval.core.errors import WmevalError
 from wmeval.lineage.provenance import read_lock
 from wmeval.metrics import REGISTRY
+from wmeval.rendering.document import OPEN_AT_ZERO
 from wmeval.tables import read_metadata
 
 log = logging.getLogger(__name__)
@@ -510,7 +511,7 @@ def format_lineage(lin: dict[str, Any]) -> str:
     for c in lin["conditions"]:
         v = c["values"]
         low = v.get("low")
-        opened = low is not None and 0 < low < 1e-300        # the permutation test took 0 out: open at 0
+        opened = low is not None and 0 < low < OPEN_AT_ZERO   # the permutation test took 0 out: open at 0
         s = f"  {c['key']}: {_fmt(v.get('point'))} {'(0' if opened else '[' + _fmt(low)}, {_fmt(v.get('high'))}]"
         if "diff_to_baseline" in v:
             s += (f"; diff to baseline {_fmt(v['diff_to_baseline'])} [{_fmt(v.get('diff_low'))}, "

@@ -17,6 +17,11 @@ from typing import Any
 from wmeval.rendering.htmlpage import page
 from wmeval.rendering.htmlpage import table as html_table
 
+#: Below this, a positive lower end is the mark of an interval open at 0, written (0, high] (:func:`~wmeval.
+#: estimators.resample.with_zero_test` raises a lower end at or below 0 to the smallest positive double where its
+#: permutation test rejects 0).
+OPEN_AT_ZERO = 1e-300
+
 
 @dataclass
 class Table:

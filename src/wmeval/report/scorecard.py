@@ -25,6 +25,7 @@ from wmeval.estimators.resample import BIAS_CHECK_LIMIT, STUDENTIZE_LINEAR_SHARE
 from wmeval.metrics import REGISTRY, Shown
 from wmeval.metrics.registry import near_equal
 from wmeval.rendering.document import (
+    OPEN_AT_ZERO,
     Doc,
     Table,
     flatten,
@@ -54,11 +55,6 @@ def fmt(x: float) -> str:
     if a >= 1000 or a < 1e-3:
         return f"{x:.2e}"
     return f"{x:.3g}"
-
-
-#: Below this, a positive lower end is the mark of an interval open at 0 (:func:`~wmeval.estimators.resample.
-#: with_zero_test` raises a lower end at or below 0 to the smallest positive double where its test rejects 0).
-OPEN_AT_ZERO = 1e-300
 
 
 def cell(row: pd.Series | None) -> str:
