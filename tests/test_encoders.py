@@ -207,6 +207,62 @@ def test_embed_file_clips_and_frames(tmp_path, tiny_params, monkeypatch):
     assert batched.equals(frames_out) and batched.schema.metadata == frames_out.schema.metadata
 
 
+
+def test_an_edit_to_the_encoder_code_or_a_new_torch_misses_the_cache(tmp_path, tiny_params, monkeypatch):
+    """DVC re-runs the features stage when an encoder's code changes; the embedding cache must not then hand it
+    the embeddings the old code made (the code and the libraries' releases are in its key)."""
+    import dataclasses
+    import importlib.metadata
+    import shutil
+    from pathlib import Path
+
+    import wmeval
+    from wmeval.encoders import zoo
+    from wmeval.features import embed_file
+    from wmeval.features.embed import Caches
+    from wmeval.rollouts import run_world
+    from wmeval.tables import tensor_numpy, write_table
+
+    tables = run_world(tiny_params.worlds["blobs"], {"s": {"_target_": "wmeval.models.BlobReferenceModel",
+                                                          "mode": "stochastic"}}, tiny_params.protocol, progress=False)
+    path = tmp_path / "blobs" / "s.parquet"
+    path.parent.mkdir()
+    write_table(tables["s"], path)
+    cache = str(tmp_path / "cache")
+    pix = build_encoder(EncoderConfig("pixel", "pixel", False, {"resolution": 4}))
+    old, first = embed_file(path, pix, cache, progress=False)
+    assert first["embedded"] > 0 and embed_file(path, pix, cache, progress=False)[1]["embedded"] == 0
+
+    # The digest is over the files' bytes and paths: a copy of the package gives the same one; an edit, another.
+    pkg = tmp_path / "pkg"
+    src = Path(wmeval.__file__).parent
+    shutil.copytree(src / "encoders", pkg / "encoders", ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "tables").mkdir()
+    shutil.copy(src / "tables" / "io.py", pkg / "tables" / "io.py")
+    assert zoo.embedding_code(pkg) == zoo.embedding_code()
+    with open(pkg / "encoders" / "zoo.py", "a") as f:
+        f.write("\n# an edit\n")
+    edited = zoo.embedding_code(pkg)
+    assert edited["sha256"] != zoo.embedding_code()["sha256"] and edited["libraries"] == zoo.embedding_code()["libraries"]
+    (pkg / "tables" / "io.py").unlink()
+    assert zoo.embedding_code(pkg)["sha256"] != edited["sha256"]
+
+    # The edited encoder (its code's digest, and the output it now computes) embeds every row anew.
+    monkeypatch.setattr(zoo, "embedding_code", lambda package=None: edited)
+    new_pix = dataclasses.replace(pix, fn=lambda batch: pix(batch) + 1.0)
+    new, st = embed_file(path, new_pix, cache, progress=False)
+    assert st["embedded"] == first["embedded"]           # every distinct row (duplicates in the file hit)
+    np.testing.assert_allclose(tensor_numpy(new, "embedding"), tensor_numpy(old, "embedding") + 1.0)
+    monkeypatch.undo()
+
+    # A new release of an embedding library is another key; one the encoder does not compute with is not.
+    x = np.zeros((2, 4, 4, 3), np.uint8)
+    key = Caches(pix, cache).get(x).key
+    real = importlib.metadata.version
+    for lib, changes in (("torch", True), ("pandas", False)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda name, lib=lib: "99.0" if name == lib else real(name))
+        assert (Caches(pix, cache).get(x).key != key) is changes, lib
+
 def read_metadata_of(table):
     import json
 

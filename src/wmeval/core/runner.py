@@ -24,6 +24,7 @@ def main(body: Callable[[], None]) -> None:
         kernels_mode()                 # ... and a bad $WMEVAL_KERNELS (the kernels are pinned by core/stage_process.py)
         prepare_memory()               # made on import by stages/*.py already (core/stage_process.py); idempotent
         usable_cores()                 # a bad $WMEVAL_JOBS stops the stage before any work, not at its first map
+        warn_drift()
         body()
     except WmevalError as e:
         print(f"wmeval: error: {e}", file=sys.stderr)
@@ -34,6 +35,20 @@ def main(body: Callable[[], None]) -> None:
             raise
         print(f"wmeval: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def warn_drift() -> None:
+    """Log, once per stage, each installed package whose release differs from ``constraints.txt``
+    (:mod:`wmeval.core.pins`): this run's outputs may then differ in bytes from the committed ones."""
+    from wmeval.core.pins import CONSTRAINTS, drift
+
+    differ = drift()
+    if differ:
+        shown = "; ".join(differ[:6]) + (f"; and {len(differ) - 6} more" if len(differ) > 6 else "")
+        logging.getLogger("wmeval").warning(
+            "installed packages differ from %s (%s): this run's outputs may differ in bytes from the committed "
+            "dvc.lock and reports/, which were made with the pinned releases (pip install -c %s -e .)",
+            CONSTRAINTS, shown, CONSTRAINTS)
 
 
 def disk_error(e: OSError) -> str | None:

@@ -22,10 +22,12 @@ protocol says so. ``inception_fid`` and ``i3d`` load verified local weights
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,11 +62,47 @@ class Encoder:
                 "comparable_to_published": self.comparable_to_published, "precision": self.precision}
 
     def cache_identity(self) -> dict[str, Any]:
-        """Everything that changes the embeddings (the cache key); not the device or batch size. The precision
-        is in it when it is not ``fp32`` (fp32 keys are those of the embeddings made before precision existed)."""
+        """Everything that changes the embeddings (the cache key); not the device or batch size: the encoder's
+        protocol, its precision where it is not ``fp32``, and :func:`embedding_code` (the code and the library
+        releases that compute it), so that an edit to an encoder or a new torch misses the cache instead of
+        serving the embeddings the old code made."""
         p = self.protocol()
         keys = ("encoder", "kind", "dim", "preprocessing", "weights_sha256", "clip", "returns")
-        return {k: p[k] for k in keys} | ({} if self.precision == "fp32" else {"precision": self.precision})
+        return ({k: p[k] for k in keys} | ({} if self.precision == "fp32" else {"precision": self.precision})
+                | {"code": embedding_code()})
+
+
+#: The code that turns a stored frame into an embedding, relative to the ``wmeval`` package: the encoders and the
+#: frames' decoding (:func:`wmeval.tables.io.decode_frames`).
+EMBEDDING_CODE = ("encoders", "tables/io.py")
+#: The libraries an embedding is computed with, whose releases may change it.
+EMBEDDING_LIBRARIES = ("numpy", "torch", "torchvision", "pytorch-fid")
+
+
+def embedding_code(package: Path | None = None) -> dict[str, Any]:
+    """``{"sha256": ..., "libraries": {name: version or None}}``: a sha256 over the ``.py`` files of
+    :data:`EMBEDDING_CODE` under ``package`` (default: the imported ``wmeval``), with their paths, and the installed
+    releases of :data:`EMBEDDING_LIBRARIES`. Part of the embedding cache's key: DVC re-runs the features stage
+    when an encoder's code changes, and a cache keyed without it would hand that run the old embeddings. Read
+    afresh on every call (no memo that could outlive an edit)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(__file__).resolve().parents[1] if package is None else Path(package)
+    files = sorted({f for rel in EMBEDDING_CODE
+                    for f in ((root / rel).rglob("*.py") if (root / rel).is_dir() else [root / rel])
+                    if f.is_file() and "__pycache__" not in f.parts})
+    if not files:
+        raise FileNotFoundError(f"embedding_code: none of {EMBEDDING_CODE} under {root}")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    libraries = {}
+    for name in EMBEDDING_LIBRARIES:
+        try:
+            libraries[name] = version(name)
+        except PackageNotFoundError:
+            libraries[name] = None
+    return {"sha256": h.hexdigest(), "libraries": libraries}
 
 
 def _device(cfg: EncoderConfig) -> str:

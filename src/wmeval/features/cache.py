@@ -2,7 +2,8 @@
 
 Layout: ``<root>/<encoder key>/<sha256 of the shard file>.parquet``. The encoder key
 is the sha256 of everything that changes embeddings (encoder id, kind, weights
-sha256, preprocessing, clip spec); a row key is the BLAKE2b digest of the bytes of
+sha256, preprocessing, clip spec, precision, the embedding code's sha256 and the numpy/torch
+releases: :meth:`wmeval.encoders.zoo.Encoder.cache_identity`); a row key is the BLAKE2b digest of the bytes of
 the input (a frame or a clip) with its dtype and shape. Each shard holds
 ``key`` (binary) and ``embedding`` rows.
 
