@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from wmeval.estimators.distributional import Exchange, Settings, Side, _ViewFD, replicates, view_sets
+from wmeval.estimators.distributional import Exchange, Settings, Side, _row_in, _ViewFD, replicates, view_sets
 from wmeval.estimators.resample import permutation_p_value, with_zero_test
 from wmeval.metrics import frechet_distance
 from wmeval.stats import distribution_bootstrap
@@ -114,6 +114,34 @@ def test_the_permuted_fd_is_the_fd_of_the_rows_traded_by_hand(d):
     assert len(st) == len(ex.sets.reference.x)
 
 
+def test_paired_permuted_fds_are_computed_on_each_groups_two_sides_lumped():
+    """A paired permutation weights a group's realized trajectories alike and its model trajectories alike, so the
+    FDs come from 2 units a group (not one a trajectory), equal to the unit-by-unit FDs; weights that differ within
+    a (group, side) are computed unit by unit."""
+    rng = np.random.default_rng(8)
+    ref, fake = _trajectories(rng, n_groups=10, realized=3, samples=4, steps=6, d=3, shift=0.2)
+    ex = Exchange.of("transition", ref, fake, ["early", "late"])
+    U = len(ex.group)
+    c = ex.counts(40, np.random.default_rng(9))
+    sets, lumped = ex._lumped(c)
+    assert U == 10 * 7 and lumped.shape == (40, 2 * 2 * 10) and len(np.unique(sets.reference.episode)) == 20
+    assert np.array_equal(sets.reference.x, ex.sets.reference.x)
+    weights = np.array([0.4, 0.6])
+    pooled, strat = ex.statistics(c, weights, n_jobs=1)
+    by_unit = _ViewFD.of(ex.sets, 2 * U).many(c)[:, :, 0]
+    np.testing.assert_allclose(pooled, by_unit[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(strat, by_unit[:, 1:] @ weights, rtol=1e-10)
+    # One trajectory's weight changed: not lumpable, so computed as given (and still the weighted rows' FD).
+    odd = c.copy()
+    odd[1:, 0] *= 2.0
+    assert ex._lumped(odd)[0] is ex.sets
+    p_odd, s_odd = ex.statistics(odd, weights, n_jobs=1)
+    assert (p_odd[1], s_odd[1]) == pytest.approx(_by_hand(ex, odd[1], {"early": 0.4, "late": 0.6}), rel=1e-9)
+    deal = Exchange.of("frame", ref, fake, [], paired=False)
+    dealt = deal.counts(5, rng)
+    assert deal._lumped(dealt)[0] is deal.sets and deal._lumped(dealt)[1] is dealt
+
+
 def test_realized_rows_at_a_models_invalid_steps_are_left_out_of_the_test():
     """A model invalid at step 0 of groups 1 and 4: the realized rows of those steps take no part in the test, so
     that a trade moves the same steps both ways (with a drift over steps they would otherwise differ by it)."""
@@ -128,6 +156,13 @@ def test_realized_rows_at_a_models_invalid_steps_are_left_out_of_the_test():
     plain = Exchange.of("frame", dataclasses.replace(ref, trajectory=ref.trajectory[:, :2]),
                         dataclasses.replace(fake, trajectory=fake.trajectory[:, :2]), [])
     assert len(plain.sets.reference.x) == len(ref.x) + len(fake.x)
+
+
+def test_row_in_matches_whole_rows_and_takes_empty_arrays():
+    a = np.array([[0, 1], [1, 0], [2, 5], [-3, 1]])
+    b = np.array([[1, 0], [-3, 1], [0, 5]])
+    assert _row_in(a, b).tolist() == [False, True, False, True]
+    assert _row_in(a, b[:0]).tolist() == [False] * 4 and _row_in(a[:0], b).shape == (0,)
 
 
 def test_exchange_needs_trajectories_on_both_sides():

@@ -895,7 +895,7 @@ class Exchange:
     share the history and the actions; a cluster in ``distribution_bootstrap``) trades sides or not at random: its
     reference rows go to the model's side and its model rows to the reference's, each side's rows of the group
     reweighted so that the side keeps the group's weight (rows x their count on the other side over their own:
-    4 realized futures against K = 1 sample trade at weights 4 and 1/4). Under FD = 0 (the model's futures and the
+    4 realized futures against K = 1 sample trade, the realized futures at weight 1/4 each, the sample at 4). Under FD = 0 (the model's futures and the
     realized ones have one distribution over the evaluation's histories) a group's contribution to the difference
     is as likely reversed, so the flips give the statistic's null distribution: exactly where the group's
     trajectories are exchangeable and as many on each side (a sign flip is then a permutation of them), and to
@@ -974,11 +974,37 @@ class Exchange:
                    executor=None) -> tuple[np.ndarray, np.ndarray]:
         """``(pooled, stratified)`` ``(P,)``: the plug-in FD pooled, and stratified with the strata's
         ``weights``, of each permuted data set (rows of :meth:`counts`)."""
-        one = _ViewFD.of(self.sets, counts.shape[1])
+        sets, counts = self._lumped(counts)
+        one = _ViewFD.of(sets, counts.shape[1])
         blocks = replicate_blocks(counts)
         vals = np.concatenate(_map_replicates(one.many, blocks, n_jobs, _BlockProgress(progress, blocks), executor,
                                               per_item=len(blocks[0])))[:, :, 0]        # (P, 1 + strata)
         return vals[:, 0], vals[:, 1:] @ np.asarray(weights, dtype=np.float64)
+
+    def _lumped(self, counts: np.ndarray) -> tuple[ViewSets, np.ndarray]:
+        """The sets and weights the permuted FDs are computed on. With paired sides every permuted data set
+        (:meth:`counts`) gives a group's realized trajectories one weight and its model trajectories another, so
+        each (group, side of origin) is lumped into one unit: the same weighted rows, so the same FDs up to rounding,
+        from moments over 2 units a group instead of one a trajectory (4 times fewer with 4 realized futures
+        and K = 4: the default bootstrap stage's peak memory 1.69 -> 0.94 GB). Weights that differ within a (group,
+        side), as the independent sides' deal gives, are computed unit by unit, as given."""
+        if not self.paired:
+            return self.sets, counts
+        n_units = len(self.group)
+        pairs, block = np.unique(np.stack([self.group, self.on_ref.astype(self.group.dtype)]), axis=1,
+                                 return_inverse=True)
+        block, n_blocks = np.asarray(block).reshape(-1), pairs.shape[1]
+        if n_blocks == n_units:                       # a unit a (group, side) already (distribution_bootstrap)
+            return self.sets, counts
+        first = np.empty(n_blocks, np.int64)
+        first[block[::-1]] = np.arange(n_units)[::-1]                    # each block's first unit
+        lumped = np.concatenate([counts[:, first], counts[:, n_units + first]], axis=1)
+        if not np.array_equal(counts, np.concatenate([lumped[:, block], lumped[:, n_blocks + block]], axis=1)):
+            return self.sets, counts
+        ref = self.sets.reference                       # its rows' episode is their unit (the model's: U + unit)
+        row_block = block[ref.episode]
+        return ViewSets(self.sets.view, Side(ref.x, row_block, ref.stratum),
+                        {"model": Side(ref.x, row_block + n_blocks, ref.stratum)}, self.sets.strata), lumped
 
     def p_values(self, counts: np.ndarray, weights: np.ndarray, n_jobs: int | None = None, progress=None,
                  executor=None) -> tuple[float, float]:
@@ -989,7 +1015,7 @@ class Exchange:
 
 def _row_in(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``(len(a),)``: whether each row of the integer array ``a`` ``(n, 2)`` is a row of ``b`` ``(m, 2)``."""
-    if not len(b):
+    if not len(a) or not len(b):
         return np.zeros(len(a), bool)
     lo = np.minimum(a.min(axis=0), b.min(axis=0))
     span = np.maximum(a.max(axis=0), b.max(axis=0)) - lo + 1

@@ -673,7 +673,8 @@ def permutation_p_value(statistics: np.ndarray, scale: float = 0.0) -> float:
     by no more than :data:`PERMUTATION_TIE_RTOL` times the larger of ``scale`` (the size of the data whose
     rounding the statistics carry: for an FD, the rows' total variance) and the statistics' own largest size
     counts as at least it (a model whose rows are the reference's gives p = 1 whatever the features' scale). NaN
-    where the data's statistic is not finite; non-finite permuted ones count as at least it.
+    where the data's statistic is not finite; a NaN or +inf permuted one counts as at least it (a -inf one, which
+    no FD is, as below it).
     """
     t = np.asarray(statistics, dtype=np.float64)
     if t.size == 0 or not np.isfinite(t[0]):
