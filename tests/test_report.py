@@ -391,11 +391,19 @@ def test_an_interval_the_permutation_test_opened_at_0_is_written_open():
 
     row = _rows({"a": 1.0}, [(1, 1, 1)]).iloc[0]
     row["point"], (row["low"], row["high"]) = 2e-4, with_zero_test(-1e-4, 3e-3, 0.01, 0.95)
+    row["p_value"], row["confidence_level"] = 0.01, 0.95
     assert cell(row) == "2.00e-04 (0, 0.003]"
     row["point"] = -1e-4                            # the corrected estimate below 0, the test excluding 0
     assert cell(row) == "-1.00e-04 (0, 0.003] §"
     row["point"], row["low"] = 2e-4, 1e-12
     assert cell(row) == "2.00e-04 [1.00e-12, 0.003]"
+    # An interval lying at or below 0 is kept when the test rejects 0, and marked; not when it accepts 0.
+    row["point"], row["confidence_level"] = -2e-4, 0.95
+    row["low"], row["high"] = with_zero_test(-5e-4, -1e-5, 0.01, 0.95)
+    assert (row["low"], row["high"]) == (-5e-4, -1e-5) and cell(row) == "-2.00e-04 [-5.00e-04, -1.00e-05] §"
+    row["p_value"] = 0.3
+    row["low"], row["high"] = with_zero_test(-5e-4, -1e-5, 0.3, 0.95)
+    assert cell(row) == "-2.00e-04 [-5.00e-04, 0]"
 
 
 def test_ranking_marks_first_last_and_changes():

@@ -69,7 +69,11 @@ def cell(row: pd.Series | None) -> str:
     # A lower end of the smallest positive double: the permutation test took 0 out (the interval is open at 0).
     opened = 0 < row.low < OPEN_AT_ZERO
     text = f"{fmt(row.point)} {'(0' if opened else f'[{fmt(row.low)}'}, {fmt(row.high)}]"
-    if opened and row.point <= 0:
+    # The test rejected 0 for an interval lying at or below 0: kept as the bootstrap gave it (with_zero_test).
+    p, level = getattr(row, "p_value", np.nan), getattr(row, "confidence_level", np.nan)
+    rejected_below = (np.isfinite(p) and np.isfinite(level) and p <= round(1.0 - level, 12)
+                      and np.isfinite(row.high) and row.high <= 0)
+    if (opened and row.point <= 0) or rejected_below:
         text += " §"
     elif np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
         text += " †"
@@ -87,7 +91,8 @@ OUTSIDE_NOTE = ("† The point lies outside its percentile interval: the replica
                 "so that each side keeps the group's weight; `p_value` in intervals.csv): an interval written (0, x] "
                 "had its lower end at or below 0 raised by that test. § The bias-corrected estimate "
                 "is at or below 0 while that test excludes 0: the jackknife's correction took out more than the "
-                "difference the test sees. "
+                "difference the test sees (an interval lying at or below 0 is then kept as the bootstrap gave it, "
+                "since no interval agrees with both). "
                 "‡ Where the jackknife's correction fails its two-scale check (repeated on halves of the episodes, "
                 f"it leaves a bias above {BIAS_CHECK_LIMIT} standard deviations of the replicates and twice its own "
                 "standard error: too few independent rows for the "
