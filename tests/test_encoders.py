@@ -272,7 +272,7 @@ def read_metadata_of(table):
 @pytest.mark.slow
 def test_reduced_precision_is_opt_in_recorded_and_keyed(inception_ckpt):
     """bf16 runs the network in bfloat16 (close to fp32, not equal: a bf16 mantissa holds 8 bits), the protocol
-    records it, and the cache key separates it from fp32, whose key is unchanged (no precision field)."""
+    records it, and the cache key separates it from fp32, whose key has no precision field."""
     import dataclasses
 
     d, path, _ = inception_ckpt

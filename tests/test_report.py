@@ -401,7 +401,9 @@ def test_an_interval_the_permutation_test_opened_at_0_is_written_open():
     row["point"], row["confidence_level"] = -2e-4, 0.95
     row["low"], row["high"] = with_zero_test(-5e-4, -1e-5, 0.01, 0.95)
     assert (row["low"], row["high"]) == (-5e-4, -1e-5) and cell(row) == "-2.00e-04 [-5.00e-04, -1.00e-05] §"
-    row["p_value"] = 0.3
+    row["point"] = 1e-5                             # a point above such an interval: outside it (†), not §
+    assert cell(row) == "1.00e-05 [-5.00e-04, -1.00e-05] †"
+    row["point"], row["p_value"] = -2e-4, 0.3
     row["low"], row["high"] = with_zero_test(-5e-4, -1e-5, 0.3, 0.95)
     assert cell(row) == "-2.00e-04 [-5.00e-04, 0]"
 

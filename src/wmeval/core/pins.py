@@ -38,7 +38,8 @@ def read_pins(path: str | Path) -> dict[str, str]:
         try:
             req = Requirement(line)
         except InvalidRequirement as e:
-            raise WmevalError(f"{path} line {n}: {line!r} is not a requirement ({e})") from None
+            raise WmevalError(f"{path} line {n}: {line!r} is not a requirement "
+                              f"({str(e).splitlines()[0] if str(e) else 'unparsable'})") from None
         specs = list(req.specifier)
         if len(specs) != 1 or specs[0].operator != "==" or req.url or req.marker:
             raise WmevalError(f"{path} line {n}: {line!r} is not name==version (a range or a URL pins nothing)")
@@ -63,4 +64,15 @@ def drift(root: str | Path | None = None) -> list[str]:
         if d.metadata["Name"]:
             installed.setdefault(canonical(d.metadata["Name"]), d.version)
     return [f"{name} {installed[name]} installed, {version} pinned" for name, version in sorted(pinned.items())
-            if name in installed and installed[name] != version]
+            if name in installed and not _satisfies(installed[name], version)]
+
+
+def _satisfies(installed: str, pinned: str) -> bool:
+    """Whether ``installed`` meets ``==pinned`` as pip judges it (PEP 440: ``2.14.1+cpu`` meets ``==2.14.1``)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion
+
+    try:
+        return SpecifierSet(f"=={pinned}").contains(installed, prereleases=True)
+    except InvalidVersion:
+        return installed == pinned

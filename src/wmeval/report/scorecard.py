@@ -73,7 +73,7 @@ def cell(row: pd.Series | None) -> str:
     p, level = getattr(row, "p_value", np.nan), getattr(row, "confidence_level", np.nan)
     rejected_below = (np.isfinite(p) and np.isfinite(level) and p <= round(1.0 - level, 12)
                       and np.isfinite(row.high) and row.high <= 0)
-    if (opened and row.point <= 0) or rejected_below:
+    if row.point <= 0 and (opened or rejected_below):
         text += " §"
     elif np.isfinite(row.low) and np.isfinite(row.high) and not row.low <= row.point <= row.high:
         text += " †"
