@@ -156,3 +156,42 @@ def test_counters_are_exact_under_concurrent_writers_without_a_lock(tmp_path):
     assert totals["rows"] == 4 * 70 and totals["embedded"] >= 40 + 4 * 30
     assert not list(tmp_path.rglob("*.lock")) and not list(tmp_path.rglob(".lock"))
     assert read_counters(tmp_path)["k"]["records"] == 4
+
+
+def test_cache_prune_removes_only_the_keys_no_run_of_this_code_can_hit(tmp_path, capsys):
+    """`wmeval cache list` shows each encoder key and whether this code made it; `prune` removes the keys made by
+    other encoder code or library releases, or before the code was keyed, and keeps the current ones."""
+    from wmeval.cli import main
+    from wmeval.encoders.zoo import embedding_code
+    from wmeval.features.cache import cache_entries
+
+    now = embedding_code()
+    identities = {"current": {"encoder": "pixel", "kind": "pixel", "code": now},
+                  "other": {"encoder": "pixel", "kind": "pixel", "code": {**now, "sha256": "0" * 64}},
+                  "before": {"encoder": "pixel", "kind": "pixel"}}
+    keys = {}
+    for name, ident in identities.items():
+        keys[name] = encoder_key(ident)
+        FeatureCache(tmp_path, keys[name], ident).embed(items(5, seed=len(keys)), enc)
+    (tmp_path / "stats.jsonl").write_text("{}\n")
+    (tmp_path / "not-a-key").mkdir()
+    entries = {e["key"]: e for e in cache_entries(tmp_path)}
+    assert set(entries) == set(keys.values())
+    assert [entries[keys[n]]["current"] for n in identities] == [True, False, False]
+    assert all(e["shards"] == 1 and e["bytes"] > 0 for e in entries.values())
+
+    assert main(["cache", "list", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "holds 3 encoder key(s)" in out and out.count("this code") == 1
+    assert "other code or library releases" in out and "code before it was keyed" in out
+    assert main(["cache", "prune", "--dry-run", "--cache-dir", str(tmp_path)]) == 0
+    assert "would remove 2 encoder key(s)" in capsys.readouterr().out and len(cache_entries(tmp_path)) == 3
+    assert main(["cache", "prune", "--cache-dir", str(tmp_path)]) == 0
+    assert "removed 2 encoder key(s)" in capsys.readouterr().out
+    assert [e["key"] for e in cache_entries(tmp_path)] == [keys["current"]]
+    assert (tmp_path / "stats.jsonl").is_file() and (tmp_path / "not-a-key").is_dir()
+    c = FeatureCache(tmp_path, keys["current"])
+    c.embed(items(5, seed=1), enc)
+    assert c.stats.embedded == 0                                   # the kept key still serves its rows
+    assert main(["cache", "list", "--cache-dir", str(tmp_path / "nowhere")]) == 0
+    assert "does not exist" in capsys.readouterr().out

@@ -70,6 +70,29 @@ def _cmd_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from wmeval.features.cache import cache_entries, cache_root, prune
+
+    root = cache_root(args.cache_dir)
+    if not root.is_dir():
+        print(f"feature cache: {root} does not exist (nothing cached yet)")
+        return 0
+    entries = prune(root, dry_run=args.dry_run) if args.action == "prune" else cache_entries(root)
+    verb = {"list": "holds", "prune": "would remove" if args.dry_run else "removed"}[args.action]
+    print(f"feature cache: {root} {verb} {len(entries)} encoder key(s), {sum(e['bytes'] for e in entries):,} bytes")
+    print(f"{'key':<14} {'encoder':<14} {'kind':<14} {'shards':>6} {'bytes':>14}  {'last write (UTC)':<17} made by")
+    for e in entries:
+        ident = e["identity"] or {}
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(e["last_write"]))
+        made = ("this code" if e["current"] else "other code or library releases" if ident.get("code")
+                else "code before it was keyed" if ident else "unknown (no encoder.json)")
+        print(f"{e['key'][:12]:<14} {str(ident.get('encoder', '?')):<14} {str(ident.get('kind', '?')):<14} "
+              f"{e['shards']:>6} {e['bytes']:>14,}  {when:<17} {made}")
+    return 0
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     import json
 
@@ -154,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("name", nargs="?", help="with fetch: the weights to download")
     w.add_argument("--dir", help="weights directory (default: $WMEVAL_WEIGHTS_DIR or the user cache)")
     w.set_defaults(func=_cmd_weights)
+    ca = sub.add_parser("cache", help="list the embedding cache's encoder keys, or prune those made by other encoder "
+                                      "code or library releases (which no run of this code reads)")
+    ca.add_argument("action", choices=["list", "prune"])
+    ca.add_argument("--cache-dir", help="the cache (default: $WMEVAL_CACHE_DIR, else the user cache)")
+    ca.add_argument("--dry-run", action="store_true", help="prune: list what would be removed, remove nothing")
+    ca.set_defaults(func=_cmd_cache)
     a = sub.add_parser("audit", help="print the lineage of one metric, traced to md5s in dvc.lock "
                                      "(refuses when the workspace does not match dvc.lock)")
     a.add_argument("metric", help="WORLD/SOURCE/METRIC[/REGIME/CONDITION], e.g. blobs/reversed/fd_stratified")

@@ -379,3 +379,43 @@ def read_counters(root: Path, key: str | None = None) -> dict[str, Any]:
         out[f.parent.name] = {**one(f.parent.name),
                               "identity": json.loads(ident.read_text(encoding="utf-8")) if ident.is_file() else None}
     return out
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == 64 and all(ch in "0123456789abcdef" for ch in name)
+
+
+def cache_entries(root: Path) -> list[dict[str, Any]]:
+    """Every encoder key's folder under the cache ``root``, oldest write first: ``key``, ``identity``
+    (``encoder.json``; ``None`` for a folder without one), ``shards``, ``bytes`` (all its files), ``last_write``
+    (the newest file's mtime, seconds since the epoch) and ``current``: whether its identity names the embedding code
+    and library releases of this installation (:func:`wmeval.encoders.zoo.embedding_code`), so that a run of this
+    code can hit it. A key made by other code, or before the code was part of the key, can never be hit again."""
+    from wmeval.encoders.zoo import embedding_code
+
+    root, now = Path(root), embedding_code()
+    out = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and _is_key(p.name)) if root.is_dir() else []:
+        files = [f for f in d.rglob("*") if f.is_file()]
+        ident_file = d / "encoder.json"
+        try:
+            identity = json.loads(ident_file.read_text(encoding="utf-8")) if ident_file.is_file() else None
+        except json.JSONDecodeError as e:
+            raise WmevalError(f"feature cache: {ident_file} is not valid JSON ({e})") from None
+        out.append({"key": d.name, "identity": identity, "shards": len(list(d.glob("*.parquet"))),
+                    "bytes": sum(f.stat().st_size for f in files),
+                    "last_write": max((f.stat().st_mtime for f in files), default=d.stat().st_mtime),
+                    "current": isinstance(identity, dict) and identity.get("code") == now})
+    return sorted(out, key=lambda e: e["last_write"])
+
+
+def prune(root: Path, dry_run: bool = False) -> list[dict[str, Any]]:
+    """Remove every key of :func:`cache_entries` that is not ``current`` (its embeddings were made by other
+    encoder code or library releases than this installation's, so no run of it reads them); the entries removed
+    (with ``dry_run``: that would be). Run it when no features stage is writing to the cache: a stage of another
+    checkout, with other code, still writing to a key removed here fails."""
+    gone = [e for e in cache_entries(root) if not e["current"]]
+    if not dry_run:
+        for e in gone:
+            shutil.rmtree(Path(root) / e["key"])
+    return gone
