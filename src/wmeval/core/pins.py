@@ -47,6 +47,19 @@ def read_pins(path: str | Path) -> dict[str, str]:
     return out
 
 
+def installed_versions(names) -> dict[str, str | None]:
+    """``{name: installed version, or None where it is not installed}`` for each of ``names``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def drift(root: str | Path | None = None) -> list[str]:
     """``["pandas 3.1.2 installed, 3.1.1 pinned", ...]``: each package pinned in ``root/constraints.txt`` (default:
     :func:`wmeval.core.digest.project_root`) whose installed release differs; a pinned package that is not

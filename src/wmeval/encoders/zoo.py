@@ -85,7 +85,7 @@ def embedding_code(package: Path | None = None) -> dict[str, Any]:
     releases of :data:`EMBEDDING_LIBRARIES`. Part of the embedding cache's key: DVC re-runs the features stage
     when an encoder's code changes, and a cache keyed without it would hand that run the old embeddings. Read
     afresh on every call (no memo that could outlive an edit)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from wmeval.core.pins import installed_versions
 
     root = Path(__file__).resolve().parents[1] if package is None else Path(package)
     files = sorted({f for rel in EMBEDDING_CODE
@@ -96,13 +96,7 @@ def embedding_code(package: Path | None = None) -> dict[str, Any]:
     h = hashlib.sha256()
     for f in files:
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    libraries = {}
-    for name in EMBEDDING_LIBRARIES:
-        try:
-            libraries[name] = version(name)
-        except PackageNotFoundError:
-            libraries[name] = None
-    return {"sha256": h.hexdigest(), "libraries": libraries}
+    return {"sha256": h.hexdigest(), "libraries": installed_versions(EMBEDDING_LIBRARIES)}
 
 
 def _device(cfg: EncoderConfig) -> str:

@@ -7,7 +7,6 @@ weights sha256, seeds, hardware and determinism settings.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -93,13 +92,9 @@ def lock_hashes(lock: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def package_versions() -> dict[str, str | None]:
     """Installed version of each of :data:`PACKAGES` (``None`` when not installed)."""
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from wmeval.core.pins import installed_versions
+
+    return installed_versions(PACKAGES)
 
 
 def _features_weights(root: Path, encoder_name: str) -> tuple[str | None, str | None]:
