@@ -36,13 +36,20 @@ the covariance terms of the FD, KID's kernel features, and the noise of estimati
 script says what these five rules do in that model; it does not reproduce ``coverage.py``'s cells.
 
     python benchmarks/direction_oracle.py [--datasets 500] [--draws 8000] [--out benchmarks/results/direction_oracle.json]
+
+The results carry their run (``run``): the code (this script's sha256, :func:`wmeval.core.digest.code_files`), the
+command, numpy's release, Python and the date. The scorecard reads the figures only while that code is unchanged
+(``wmeval.report.scorecard.oracle_stale``); a run whose script changed while it went on stops without writing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -195,6 +202,19 @@ def jobs(args: argparse.Namespace) -> list[tuple]:
     return out
 
 
+def run_stamp(argv: list[str]) -> dict:
+    """This run's record: the code its figures come from (this script, whose sha256 the scorecard checks), the
+    command, numpy's release, Python and the date (UTC)."""
+    from wmeval.core.digest import code_files
+    from wmeval.lineage.provenance import package_versions
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": " ".join(["python", "benchmarks/direction_oracle.py", *argv]),
+            "code": code_files(Path(__file__), skip=("wmeval.core.digest", "wmeval.lineage")),
+            "packages": {k: v for k, v in package_versions().items() if k == "numpy"},
+            "python": platform.python_version()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", type=int, default=500)
@@ -205,13 +225,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="benchmarks/results/direction_oracle.json")
     args = ap.parse_args()
+    stamp = run_stamp(sys.argv[1:])
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         cells = []
         for cell in pool.map(_cell, jobs(args)):
             print(json.dumps(cell), flush=True)
             cells.append(cell)
+    from wmeval.core.digest import changed_files
+
+    if (changed := changed_files(stamp["code"])):
+        sys.exit(f"benchmarks/direction_oracle.py: {', '.join(changed)} changed while the run went on; nothing was "
+                 "written: rerun it")
     result = {"datasets": args.datasets, "draws": args.draws, "frames_per_episode": args.frames, "rho": args.rho,
-              "confidence_level": LEVEL, "seed": args.seed, "rules": list(RULES), "cells": cells}
+              "confidence_level": LEVEL, "seed": args.seed, "rules": list(RULES), "cells": cells, "run": stamp}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -47,7 +47,7 @@ def tiny_params():
 
 PROJECT_FILES = ["conf", "stages", "src", "studies", "dvc.yaml", ".dvcignore", ".gitignore", "pyproject.toml", "README.md",
                  "benchmarks/results/coverage.json", "benchmarks/results/direction_oracle.json",
-                 "benchmarks/coverage.py"]
+                 "benchmarks/coverage.py", "benchmarks/direction_oracle.py"]
 
 
 def make_project(dest: Path, overrides: list[str]) -> Path:

@@ -36,7 +36,8 @@ def test_the_pipeline_benchmark_copies_every_input_the_stages_depend_on(bench):
                for key in ("outs", "metrics", "plots") for o in st.get(key, [])]
     inputs = {d for st in stages.values() for d in st.get("deps", []) if not any(
         d == o or d.startswith(o + "/") for o in written)}
-    assert {"studies", "benchmarks/results/direction_oracle.json", "benchmarks/coverage.py"} <= inputs
+    assert {"studies", "benchmarks/results/direction_oracle.json", "benchmarks/coverage.py",
+            "benchmarks/direction_oracle.py"} <= inputs
     # a file a stage writes (bootstrap's metrics output among them) is never copied in, whatever depends on it
     late = bench._inputs({**stages, "late": {"deps": ["reports/metrics.json", "data/rollouts", "studies"]}})
     assert "reports/metrics.json" not in late and "data/rollouts" not in late and "studies" in late
@@ -630,3 +631,20 @@ def test_sign_flip_benchmark_data_its_marginal_model_and_its_schemes():
             assert len(mod._rejects(("shift", scheme, 1, 4, 0, args))) == 2
     assert seen == [True, False, True]
     assert mod._rejects(("shift", "flip", 1, 4, 0, {**args, "permutations": 200, "groups": 64}))[0]
+
+
+def test_direction_oracle_run_stamp_records_its_code():
+    """direction_oracle.py's results carry the sha256 of the script that computed them (the scorecard reads them only
+    while that file is unchanged: report.scorecard.oracle_stale), the command and numpy's release; the committed
+    results were computed with the committed script."""
+    import json
+
+    from wmeval.core.digest import changed_files, file_sha256
+
+    stamp = _script("direction_oracle.py").run_stamp(["--datasets", "5"])
+    script = "benchmarks/direction_oracle.py"
+    assert stamp["code"] == {script: file_sha256(ROOT / script)}
+    assert stamp["command"] == "python benchmarks/direction_oracle.py --datasets 5"
+    assert stamp["packages"] == {"numpy": np.__version__}
+    committed = json.loads((ROOT / "benchmarks" / "results" / "direction_oracle.json").read_text())["run"]
+    assert changed_files(committed["code"], ROOT) == []

@@ -377,3 +377,7 @@ def test_the_report_depends_on_the_code_behind_the_coverage_figures(dvc):
     cov = json.loads((ROOT / "benchmarks" / "results" / "coverage.json").read_text())
     recorded = {rel for run in (cov.get("runs") or {}).values() for rel in run["code"]}
     assert sorted(f for f in recorded if not under(f, deps)) == []
+    # The same for benchmarks/results/direction_oracle.json (report.scorecard.oracle_stale): its run's code.
+    oracle = json.loads((ROOT / "benchmarks" / "results" / "direction_oracle.json").read_text())
+    assert "benchmarks/direction_oracle.py" in oracle["run"]["code"]
+    assert sorted(f for f in oracle["run"]["code"] if not under(f, deps)) == []

@@ -279,7 +279,7 @@ def test_cells_outside_93_97_beyond_chance_are_named():
     assert coverage_glance(inside)[2].endswith("none too narrow; none too wide.")
 
 
-def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it():
+def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it(root):
     """A cell outside 93-97% beyond chance on its screen, rerun on data sets the screen did not use
     (coverage.json's confirmation, benchmarks/coverage.py --only confirm), counts only where the rerun lies outside
     on the same side by more than chance too; a rerun made for other screen figures (stale), or on fewer data sets
@@ -355,19 +355,21 @@ def test_a_flag_counts_only_where_its_rerun_on_fresh_data_sets_confirms_it():
                                                *sets["cells"][1:]]}, "confirmation": confirmed["confirmation"]}
     assert screen_flags(near)[0]["confirmed"] is False
     # The oracle's count takes only the kept flags: a too-wide cell whose rerun is within chance is not counted.
+    from wmeval.core.digest import file_sha256
     from wmeval.report.scorecard import oracle_wide
 
-    oracle = {"rho": 0.5, "frames_per_episode": 10, "cells": [
+    script = "benchmarks/direction_oracle.py"
+    oracle = {"rho": 0.5, "frames_per_episode": 10, "run": {"code": {script: file_sha256(root / script)}}, "cells": [
         {"dim": 4, "episodes": 32, "design": "unpaired", "truth": t, "axis": "lowest", "true_value": v, "datasets": 500,
          "estimated_raised": {"coverage": 0.996}} for t, v in (("shift", 0.25), ("large shift", 2.25))]}
     sets_sized = {**sets, "shift": 0.5}
-    assert oracle_wide({**full, "sets": sets_sized}, oracle) == [
+    assert oracle_wide({**full, "sets": sets_sized}, oracle, root) == [
         "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
         "KID unpaired large shift 99.5% (32 episodes, d = 4)"]
     within = {**confirmed, "sets": sets_sized, "confirmation": {"cells": [
         rerun("fd_bias_corrected", "shift", "unpaired", 0.975, 0.99, 1.42),
         rerun("kid", "large shift", "unpaired", 0.982, 0.995, 1.5, withheld=0.037)]}}
-    assert oracle_wide(within, oracle) == [
+    assert oracle_wide(within, oracle, root) == [
         "KID unpaired large shift 99.5% (32 episodes, d = 4; 98.2% on 1000 fresh data sets, 963 intervals given)"]
     assert ("Outside on their screen, within chance on data sets the screen did not use: KID paired shift 89.2% "
             "(32 episodes, d = 4; 92.6% on 1000 fresh data sets).") in coverage_note(confirmed)
@@ -622,11 +624,14 @@ def test_the_interval_card_names_each_models_method_where_kid_switches_to_the_bo
     assert far.endswith("ranks come from the replicates themselves")
 
 
-def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
+def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named(root, tmp_path):
     """oracle_wide names a too-wide cell (beyond chance) only where benchmarks/direction_oracle.py's cell of the same
     design (dimension, episodes, sides, truth, axis, shift size, rho, rows per episode) has the boundary test's rule
     (estimated_raised) above 97% beyond chance too; the first screen counts them, the validation section names them,
-    and oracle_note gives the oracle's figures and which direction-free rules stay within 93-97%."""
+    and oracle_note gives the oracle's figures and which direction-free rules stay within 93-97%, with its run. An
+    oracle computed with code that has changed since, or without a record of its code, is not used, and the note
+    says why instead."""
+    from wmeval.core.digest import file_sha256
     from wmeval.report.scorecard import coverage_glance, coverage_note, oracle_note, oracle_wide
 
     def cell(metric, truth, design, p):
@@ -649,37 +654,54 @@ def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named():
         return {"dim": 4, "episodes": episodes, "design": design, "truth": truth, "axis": axis, "datasets": 500,
                 "true_value": size * size, **rules}
 
-    oracle = {"datasets": 500, "rho": 0.5, "frames_per_episode": 10, "cells": [
+    script = "benchmarks/direction_oracle.py"
+    run = {"date": "2026-12-07T22:00:00Z", "command": "python benchmarks/direction_oracle.py",
+           "code": {script: file_sha256(root / script)}, "packages": {"numpy": "2.4.6"}}
+    oracle = {"datasets": 500, "rho": 0.5, "frames_per_episode": 10, "run": run, "cells": [
         ocell("unpaired", "lowest", 0.996), ocell("unpaired", "highest", 0.975), ocell("paired", "lowest", 0.996),
         ocell("unpaired", "lowest", 0.996, truth="large shift", episodes=64, size=1.5)]}
     # Named: the unpaired low-axis cells (both metrics) and the paired KID cell, whose oracle is above 97% too. Not:
     # the paired FD cell (98.0% of 400 is within chance of 97%), the high-axis cell (its oracle's 97.5% of 500 is
     # within chance), the large shift (the oracle's only large-shift cell has 64 episodes).
-    assert oracle_wide(cov, oracle) == ["KID unpaired shift 99.5% (32 episodes, d = 4)",
+    assert oracle_wide(cov, oracle, root) == ["KID unpaired shift 99.5% (32 episodes, d = 4)",
                                         "bias-corrected FD unpaired shift 99.0% (32 episodes, d = 4)",
                                         "KID paired shift 99.5% (32 episodes, d = 4)"]
     oracle["cells"][2] = ocell("paired", "lowest", 0.96)
-    assert len(oracle_wide(cov, oracle)) == 2 and oracle_wide(cov, None) == []
+    assert len(oracle_wide(cov, oracle, root)) == 2 and oracle_wide(cov, None, root) == []
     # Another design is not matched: rho, rows per episode, or the shift's size.
-    assert oracle_wide(cov, {**oracle, "rho": 0.8}) == [] and oracle_wide(cov, {**oracle, "frames_per_episode": 16}) == []
-    assert oracle_wide(cov, {**oracle, "cells": [ocell("unpaired", "lowest", 0.996, size=0.6)]}) == []
+    assert oracle_wide(cov, {**oracle, "rho": 0.8}, root) == []
+    assert oracle_wide(cov, {**oracle, "frames_per_episode": 16}, root) == []
+    assert oracle_wide(cov, {**oracle, "cells": [ocell("unpaired", "lowest", 0.996, size=0.6)]}, root) == []
     # A cell without the rule's figure, or without its design, is skipped, not a crash.
     broken = {k: v for k, v in ocell("unpaired", "lowest", 0.996).items() if k != "estimated_raised"}
-    assert oracle_wide(cov, {**oracle, "cells": [broken, {"dim": 4}]}) == []
-    tail = coverage_glance({**cov, "direction_oracle": oracle})[2]
+    assert oracle_wide(cov, {**oracle, "cells": [broken, {"dim": 4}]}, root) == []
+    tail = coverage_glance({**cov, "direction_oracle": oracle}, root)[2]
     assert "too wide (conservative): 5 cells. In 2 of the too-wide, the boundary test's rule covers above 97%" in tail
-    assert "boundary test's rule covers" not in coverage_glance(cov)[2]
-    text = coverage_note({**cov, "direction_oracle": oracle})
+    assert "boundary test's rule covers" not in coverage_glance(cov, root)[2]
+    text = coverage_note({**cov, "direction_oracle": oracle}, root)
     assert ("Of those too wide, KID unpaired shift 99.5% (32 episodes, d = 4), bias-corrected FD unpaired shift "
             "99.0% (32 episodes, d = 4): there the boundary test's rule") in text
-    note = oracle_note(oracle)
+    note = oracle_note(oracle, root)
     assert ("at 32 episodes, d = 4: the true direction 95.2% and 95.2%, the estimated difference's 98.6% and 98.6%, "
             "that with the upper-end rule (the boundary test's) 99.6% and 97.5%") in note
     assert note.endswith("Within 93-97% on both axes in every design: none of the rules that do not know the "
-                         "direction.")
+                         "direction. Computed on 2026-12-07 (`python benchmarks/direction_oracle.py`, numpy 2.4.6), "
+                         "with the code it is read with.")
     inside = {**oracle, "cells": [ocell("unpaired", a, 0.99, restricted=0.955) for a in ("lowest", "highest")]}
-    assert oracle_note(inside).endswith("Within 93-97% on both axes in every design: the restricted estimate's.")
-    assert oracle_note(None) == "" and oracle_note({"datasets": 1, "cells": [ocell("paired", "lowest", 0.9)]}) == ""
+    assert "Within 93-97% on both axes in every design: the restricted estimate's." in oracle_note(inside, root)
+    assert oracle_note(None) == "" and oracle_note({"datasets": 1, "run": run,
+                                                    "cells": [ocell("paired", "lowest", 0.9)]}, root) == ""
+    # Its script edited since the run: not used, and the note names the file.
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / script).write_text((root / script).read_text() + "# edited\n")
+    assert oracle_wide(cov, oracle, tmp_path) == []
+    assert "boundary test's rule covers" not in coverage_glance({**cov, "direction_oracle": oracle}, tmp_path)[2]
+    assert oracle_note(oracle, tmp_path) == (
+        "benchmarks/results/direction_oracle.json was computed with code that has changed since "
+        "(benchmarks/direction_oracle.py), so its figures are not used; rerun `python benchmarks/direction_oracle.py`.")
+    # No record of its code: not used either.
+    bare = {k: v for k, v in oracle.items() if k != "run"}
+    assert oracle_wide(cov, bare, root) == [] and "carries no record of the code" in oracle_note(bare, root)
 
 
 def test_figures_computed_with_code_changed_since_are_named_and_their_reruns_not_used(root):

@@ -612,14 +612,35 @@ def unconfirmed(cov: dict[str, Any], low: float = 0.93, high: float = 0.97, z: f
     return [_named(f) for f in screen_flags(cov, low, high, z) if f["confirmed"] is False]
 
 
-def oracle_wide(cov: dict[str, Any], oracle: dict[str, Any] | None) -> list[str]:
+def oracle_stale(oracle: dict[str, Any] | None, root: Any = None) -> str:
+    """Why ``benchmarks/results/direction_oracle.json``'s figures cannot be read as this code's, in a sentence: no
+    record of the code that computed them (its ``run``), or the files of that code that have changed since under
+    ``root`` (default the working directory, where the report stage runs); empty where they are this code's."""
+    from pathlib import Path
+
+    from wmeval.core.digest import changed_files
+
+    if not oracle:
+        return ""
+    code = (oracle.get("run") or {}).get("code") if isinstance(oracle.get("run"), dict) else None
+    if not isinstance(code, dict) or not code:
+        return ("benchmarks/results/direction_oracle.json carries no record of the code that computed it, so its "
+                "figures are not used; rerun `python benchmarks/direction_oracle.py`.")
+    if (changed := changed_files(code, Path.cwd() if root is None else root)):
+        return (f"benchmarks/results/direction_oracle.json was computed with code that has changed since "
+                f"({', '.join(changed)}), so its figures are not used; rerun `python benchmarks/direction_oracle.py`.")
+    return ""
+
+
+def oracle_wide(cov: dict[str, Any], oracle: dict[str, Any] | None, root: Any = None) -> list[str]:
     """The too-wide cells of :func:`beyond_chance` where ``benchmarks/results/direction_oracle.json``'s cell of the
     same design (dimension, episodes, sides, truth, axis, shift size, rho and rows per episode) has the boundary
     test's rule, its linear term along the estimated difference with the upper-end rule (``estimated_raised``),
     above 97% by more than chance too, in the Gaussian mean model with the noise covariance known. Such a cell's
     over-coverage is consistent with the rule's alone (see :func:`oracle_note`). Cells the oracle lacks, or that
-    lack a figure, are left out."""
-    if not oracle:
+    lack a figure, are left out, and so is every cell where the oracle's code has changed since or is not recorded
+    (:func:`oracle_stale`, ``root`` as there)."""
+    if not oracle or oracle_stale(oracle, root):
         return []
     rho, frames = oracle.get("rho"), oracle.get("frames_per_episode")
     cells = {}
@@ -648,13 +669,16 @@ ORACLE_RULES = (("known", "the true direction"), ("estimated", "the estimated di
                 ("restricted", "the restricted estimate's"), ("worst", "the worst case"))
 
 
-def oracle_note(oracle: dict[str, Any] | None) -> str:
+def oracle_note(oracle: dict[str, Any] | None, root: Any = None) -> str:
     """``benchmarks/results/direction_oracle.json`` in a paragraph: per (d, episodes), the small shift with
     independent sides along the lowest- and the highest-variance axis, each rule's coverage in the Gaussian mean
     model with the noise known, and which direction-free rules (if any) are within 93-97% on both axes in every
-    design."""
+    design; the run that computed them. Where that run's code has changed since, or is not recorded, only that
+    (:func:`oracle_stale`)."""
     if not oracle:
         return ""
+    if (stale := oracle_stale(oracle, root)):
+        return stale
     cells = {(c.get("dim"), c.get("episodes"), c.get("design"), c.get("truth"), c.get("axis")): c
              for c in oracle.get("cells", [])}
 
@@ -680,7 +704,16 @@ def oracle_note(oracle: dict[str, Any] | None) -> str:
             "a small shift along the lowest- and the highest-variance axis, the interval covered, " + "; ".join(rows)
             + ". Along the true direction the test is exact up to each cell's draw (about 1 point), so read each "
             "rule against that figure. Within 93-97% on both axes in every design: "
-            + (", ".join(within) if within else "none of the rules that do not know the direction") + ".")
+            + (", ".join(within) if within else "none of the rules that do not know the direction") + "."
+            + _oracle_run(oracle.get("run") or {}))
+
+
+def _oracle_run(run: dict[str, Any]) -> str:
+    """The oracle's run in a sentence: its date, command and numpy release, and that its code is this one."""
+    numpy = (run.get("packages") or {}).get("numpy")
+    said = [f"`{run['command']}`" if run.get("command") else "", f"numpy {numpy}" if numpy else ""]
+    return (" Computed" + (f" on {str(run['date'])[:10]}" if run.get("date") else "")
+            + (f" ({', '.join(x for x in said if x)})" if any(said) else "") + ", with the code it is read with.")
 
 
 def _part_place(cov: dict[str, Any], key: str) -> str:
@@ -837,7 +870,7 @@ def coverage_glance(cov: dict[str, Any] | None, root: Any = None) -> tuple[str, 
                  + ".")
     if (stale := stale_note(cov, root)):
         tail += " " + stale
-    rule = oracle_wide(cov, cov.get("direction_oracle"))
+    rule = oracle_wide(cov, cov.get("direction_oracle"), root)
     if rule:
         tail += (f" In {len(rule)} of the too-wide, the boundary test's rule covers above 97% too in the Gaussian mean "
                  "model it is built on, with the noise known (benchmarks/direction_oracle.py; Interval validation).")
@@ -930,7 +963,7 @@ def coverage_note(cov: dict[str, Any] | None, root: Any = None) -> str:
         if (within := unconfirmed(cov)):
             text += (" Outside on their screen, within chance on data sets the screen did not use: "
                      + ", ".join(within) + ".")
-        rule = oracle_wide(cov, cov.get("direction_oracle"))
+        rule = oracle_wide(cov, cov.get("direction_oracle"), root)
         if rule:
             text += (f" Of those too wide, {', '.join(rule)}: there the boundary test's rule covers above 97% too in "
                      "the Gaussian mean model with the noise covariance known (below).")
