@@ -702,6 +702,8 @@ def test_too_wide_cells_the_rule_itself_gives_with_the_noise_known_are_named(roo
     # No record of its code: not used either.
     bare = {k: v for k, v in oracle.items() if k != "run"}
     assert oracle_wide(cov, bare, root) == [] and "carries no record of the code" in oracle_note(bare, root)
+    other = {**oracle, "run": {**run, "code": {"README.md": file_sha256(root / "README.md")}}}   # not its script
+    assert oracle_wide(cov, other, root) == [] and "carries no record of the code" in oracle_note(other, root)
 
 
 def test_figures_computed_with_code_changed_since_are_named_and_their_reruns_not_used(root):

@@ -86,8 +86,8 @@ def coverage_markdown(cov: dict[str, Any]) -> str:
     se = [f"{100 * (0.95 * 0.05 / n) ** 0.5:.1f} points at {n} data sets" for n in sizes]
     out += ["", "In brackets: the power (the share of intervals entirely above 0), and at a true 0 the false-positive "
             "rate; \"withheld\": the share of data sets where the bias-corrected FD's two-scale check gave no interval "
-            "(coverage is over the intervals given). A coverage near 95% has a standard error of about "
-            + " and ".join(se) + "."]
+            "(coverage is over the intervals given)."
+            + (" A coverage near 95% has a standard error of about " + " and ".join(se) + "." if se else "")]
     flags = screen_flags(cov)
     if flags:
         fresh = (cov.get("confirmation") or {}).get("datasets")

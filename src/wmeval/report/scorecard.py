@@ -623,7 +623,7 @@ def oracle_stale(oracle: dict[str, Any] | None, root: Any = None) -> str:
     if not oracle:
         return ""
     code = (oracle.get("run") or {}).get("code") if isinstance(oracle.get("run"), dict) else None
-    if not isinstance(code, dict) or not code:
+    if not isinstance(code, dict) or "benchmarks/direction_oracle.py" not in code:
         return ("benchmarks/results/direction_oracle.json carries no record of the code that computed it, so its "
                 "figures are not used; rerun `python benchmarks/direction_oracle.py`.")
     if (changed := changed_files(code, Path.cwd() if root is None else root)):
