@@ -350,3 +350,34 @@ def test_kid_replicates_carry_each_sources_standard_errors_on_the_data_and_per_r
     j = kid.sources.index("reversed")
     unlinked = KernelBlocks.of(vs.reference, vs.sources["reversed"], 12)
     assert abs(unlinked.standard_error(np.ones(12)) - kid.extra["se"][j]) > 1e-6 * kid.extra["se"][j]
+
+
+def test_a_stratum_the_realized_futures_barely_visit_gets_a_flagged_nan_fd_not_a_crash():
+    """A recorded dataset whose actions rarely fall in one bin can leave a stratum with one realized row (or none):
+    it has no covariance, so its FD and the stratified FD are undefined, NaN and flagged; the pooled FD, KID and
+    the other stratum are computed as before. The statistics stage raised "features must be (n >= 2, d)" instead
+    (a CI run of tests/test_dataset.py, whose recorded actions were unseeded, hit it)."""
+    rng = np.random.default_rng(11)
+    ref, fake = _side(rng, 12, 6, 3), _side(rng, 12, 6, 3)
+    for one, count in ((ref, 1), (fake, 5)):
+        one.stratum[:] = "a"
+        one.stratum[:count] = "b"
+    for strata in (["a", "b"], ["a", "b", "c"]):                       # c: no realized row at all
+        vs = ViewSets("frame", ref, {"m": fake}, strata)
+        pts, _ = point_estimates("toy", {"frame": vs}, Settings.defaults(min_stratum_count=2))
+        v = pts.set_index(["metric", "condition"])
+        assert np.isnan(v.loc[("fd", "frame:b"), "value"]) and v.loc[("fd", "frame:b"), "below_min_count"]
+        assert v.loc[("fd", "frame:b"), "factor"] == "none" and v.loc[("fd", "frame:b"), "n_real"] == 1
+        strat = v.loc[("fd_stratified", "frame:uniform")]
+        assert np.isnan(strat["value"]) and "b" in strat["flagged_strata"].split(",")
+        alone = gaussian_stats(ref.subset("a").x)
+        direct = FrechetReference(alone.mu, alone.sigma).distance(*(lambda g: (g.mu, g.sigma))(
+            gaussian_stats(fake.subset("a").x)))
+        assert v.loc[("fd", "frame:a"), "value"] == pytest.approx(direct, rel=1e-10)
+        assert np.isfinite(v.loc[("fd", "frame:pooled"), "value"]) and np.isfinite(v.loc[("kid", "frame:pooled"),
+                                                                                          "value"])
+    # The bootstrap's replicates of that stratum are NaN where a resample holds fewer than 2 of its rows, not an error.
+    counts = rng.multinomial(12, np.full(12, 1 / 12), size=6)
+    reps = {r.condition: r.values for r in replicates({"frame": ViewSets("frame", ref, {"m": fake}, ["a", "b"])},
+                                                       counts, Settings.defaults(), n_jobs=1) if r.metric == "fd"}
+    assert np.isfinite(reps["frame:a"]).all() and np.isfinite(reps["frame:pooled"]).all()

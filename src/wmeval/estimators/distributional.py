@@ -297,7 +297,11 @@ def _fd(ref: FrechetReference, side: Side) -> float:
     return ref.distance(s.mu, s.sigma)
 
 
-def _reference(side: Side) -> FrechetReference:
+def _reference(side: Side) -> FrechetReference | None:
+    """The Frechet reference of ``side``'s rows; ``None`` with fewer than 2 (no covariance: a stratum that the
+    realized futures barely visit, whose FD is then undefined, NaN, and flagged, never a crash)."""
+    if len(side.x) < 2:
+        return None
     s = gaussian_stats(side.x)
     return FrechetReference(s.mu, s.sigma, rank_deficient=s.rank_deficient)
 
@@ -311,7 +315,7 @@ def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weig
         n_r, n_f = len(r.x), len(f.x)
         low = min(n_r, n_f) < cfg.min_stratum_count
         rank_def = min(n_r, n_f) <= d
-        val = _fd(refs[s], f) if n_f >= 2 and n_r >= 2 else float("nan")
+        val = _fd(refs[s], f) if n_f >= 2 and refs[s] is not None else float("nan")
         if s is not None:
             strat_val += weights[s] * val
             if low or rank_def:
@@ -319,11 +323,12 @@ def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weig
         out.append({**base, "metric": "fd", "condition": f"{view}:{'pooled' if s is None else s}",
                     "stratum": "pooled" if s is None else s, "value": val, "n_real": n_r, "n_fake": n_f,
                     "weight": 1.0 if s is None else weights[s], "below_min_count": low,
-                    "rank_deficient": rank_def, "factor": refs[s].factor})
+                    "rank_deficient": rank_def, "factor": refs[s].factor if refs[s] is not None else "none"})
     out.append({**base, "metric": "fd_stratified", "condition": f"{view}:{cfg.strata_weights}",
                 "stratum": ",".join(vs.strata), "value": strat_val, "n_real": len(vs.reference.x),
                 "n_fake": len(side.x), "weight": 1.0, "below_min_count": bool(flagged),
-                "rank_deficient": False, "factor": refs[None].factor, "flagged_strata": ",".join(flagged)})
+                "rank_deficient": False, "factor": refs[None].factor if refs[None] is not None else "none",
+                "flagged_strata": ",".join(flagged)})
     return out
 
 
