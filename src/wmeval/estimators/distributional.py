@@ -310,6 +310,7 @@ def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weig
                cfg: Settings) -> list[dict]:
     """FD pooled and per stratum (flagged, never dropped), then the stratified FD."""
     d, out, strat_val, flagged = vs.dim, [], 0.0, []
+    factor = {s: ref.factor if ref is not None else "none" for s, ref in refs.items()}
     for s in [None, *vs.strata]:
         r, f = vs.reference.subset(s), side.subset(s)
         n_r, n_f = len(r.x), len(f.x)
@@ -323,12 +324,11 @@ def _fd_points(base: dict, view: str, vs: ViewSets, side: Side, refs: dict, weig
         out.append({**base, "metric": "fd", "condition": f"{view}:{'pooled' if s is None else s}",
                     "stratum": "pooled" if s is None else s, "value": val, "n_real": n_r, "n_fake": n_f,
                     "weight": 1.0 if s is None else weights[s], "below_min_count": low,
-                    "rank_deficient": rank_def, "factor": refs[s].factor if refs[s] is not None else "none"})
+                    "rank_deficient": rank_def, "factor": factor[s]})
     out.append({**base, "metric": "fd_stratified", "condition": f"{view}:{cfg.strata_weights}",
                 "stratum": ",".join(vs.strata), "value": strat_val, "n_real": len(vs.reference.x),
                 "n_fake": len(side.x), "weight": 1.0, "below_min_count": bool(flagged),
-                "rank_deficient": False, "factor": refs[None].factor if refs[None] is not None else "none",
-                "flagged_strata": ",".join(flagged)})
+                "rank_deficient": False, "factor": factor[None], "flagged_strata": ",".join(flagged)})
     return out
 
 

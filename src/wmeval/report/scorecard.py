@@ -622,7 +622,8 @@ def oracle_stale(oracle: dict[str, Any] | None, root: Any = None) -> str:
 
     if not oracle:
         return ""
-    code = (oracle.get("run") or {}).get("code") if isinstance(oracle.get("run"), dict) else None
+    run = oracle.get("run")
+    code = run.get("code") if isinstance(run, dict) else None
     if not isinstance(code, dict) or "benchmarks/direction_oracle.py" not in code:
         return ("benchmarks/results/direction_oracle.json carries no record of the code that computed it, so its "
                 "figures are not used; rerun `python benchmarks/direction_oracle.py`.")
