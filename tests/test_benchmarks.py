@@ -648,3 +648,95 @@ def test_direction_oracle_run_stamp_records_its_code():
     assert stamp["packages"] == {"numpy": np.__version__}
     committed = json.loads((ROOT / "benchmarks" / "results" / "direction_oracle.json").read_text())["run"]
     assert changed_files(committed["code"], ROOT) == []
+
+
+def test_a_centred_permuted_sets_null_draw_is_the_shipped_bias_corrected_fd_of_the_rows_it_deals():
+    """benchmarks/fd_permutation_leftover.py's (and fd_permutation_degenerate.py's) null draw: a permuted data set's
+    own delete-one jackknife (jackknife_rows, corrected) gives distribution_bootstrap's bias-corrected FD of the rows
+    that permutation deals to each side, paired (episodes' rows swapped) and independent (episodes dealt anew)."""
+    from wmeval.estimators import distributional as dist
+    from wmeval.stats import distribution_bootstrap
+
+    fh, fl = _script("fd_half_sampling.py"), _script("fd_permutation_leftover.py")
+    rng = np.random.default_rng(5)
+    n, t = 8, 4
+    ep = np.repeat(np.arange(n), t)
+    x, y = rng.normal(size=(n * t, 3)), rng.normal(size=(n * t, 3)) * 1.3 + 0.4
+    for paired in (True, False):
+        sets, counts = fh.permutation_sets(x, y, ep, ep, paired, 4, np.random.default_rng(2))
+        view = dist._ViewFD.of(sets, counts.shape[1])
+        n_units = counts.shape[1] // 2
+        rows_all, unit = np.concatenate([x, y]), np.concatenate([ep, ep + n])
+        for p in range(1, 4):
+            rows, grp = fl.jackknife_rows(counts[p], paired, n_units)
+            got = fl.corrected(float(view.many(counts[p:p + 1])[0, 0, 0]), view.many(rows)[:, 0, 0], grp)
+            real = counts[p, :n_units]
+            if paired:
+                swap = real[n:][ep][:, None] == 1
+                a, b, a_ids, b_ids = np.where(swap, y, x), np.where(swap, x, y), ep, ep
+            else:
+                a, b = rows_all[real[unit] == 1], rows_all[real[unit] == 0]
+                a_ids, b_ids = unit[real[unit] == 1], unit[real[unit] == 0]
+            want = distribution_bootstrap(a, b, real_clusters=a_ids, fake_clusters=b_ids, metric="fd_bias_corrected",
+                                          n_resamples=2 * n_units + 3).point
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_permutation_degenerate_inversion_spans_the_values_its_test_accepts():
+    """benchmarks/fd_permutation_degenerate.py's test inversion: its (low, high) are the smallest and largest theta
+    accepted by the test written out by hand (every pair of null draw and linear part), checked on a fine grid; with
+    no linear part it is the interval of the null draws alone, center - their quantiles."""
+    mod = _script("fd_permutation_degenerate.py")
+    rng = np.random.default_rng(6)
+    dev0 = rng.chisquare(3, size=60) * 0.1 - 0.2             # skewed null draws
+    lin = rng.normal(size=80) * 0.5
+    for center, scale in ((0.05, 0.3), (1.5, 1.2), (4.0, 3.0)):
+        low, high = mod.inverted(center, dev0, lin, scale, 0.95)
+        thetas = np.linspace(0.0, 12.0, 6001)
+        pairs = dev0[None, :, None] - np.sqrt(thetas / scale)[:, None, None] * lin[None, None, :]
+        q = np.quantile(pairs.reshape(len(thetas), -1), [0.025, 0.975], axis=1)
+        ok = (q[0] <= center - thetas) & (center - thetas <= q[1])
+        assert ok.any()
+        tol = 12.0 / 6000 * 2
+        assert low <= thetas[ok].min() + tol and high >= thetas[ok].max() - tol
+        assert low >= thetas[ok].min() - tol or low <= 0
+        assert high <= thetas[ok].max() + tol
+    q_lo, q_hi = np.quantile(dev0, [0.025, 0.975])
+    assert mod.inverted(0.3, dev0, np.zeros(80), 1.0, 0.95) == pytest.approx((0.3 - q_hi, 0.3 - q_lo))
+
+
+def test_debiased_quotient_estimates_the_true_directions_variance_where_the_estimated_direction_overstates_it():
+    """benchmarks/debiased_direction.py's rule: for a shift along the lowest-variance axis the estimated direction's
+    quotient dh' S dh / |dh|^2 is pulled up by noise, which leans toward the high-variance axes; the debiased ratio
+    (dh' S dh - tr S^2) / (|dh|^2 - tr S) is near the true lam_min in the median (within 10%) and the estimated one
+    is not; where |dh|^2 <= tr S it falls back to the estimated quotient."""
+    mod = _script("debiased_direction.py")
+    lam = np.linspace(0.5, 2.0, 16) * 0.004                 # noise as in coverage.py's paired d = 16 design
+    delta = np.zeros(16)
+    delta[0] = 0.5
+    rng = np.random.default_rng(7)
+    deb, est = np.array([mod.debiased_quotient(delta + rng.normal(size=16) * np.sqrt(lam), lam, 0.25)
+                         for _ in range(2000)]).T
+    assert abs(np.median(deb) / lam[0] - 1) < 0.1 and np.median(est) / lam[0] > 1.3
+    small = np.zeros(16)
+    small[0] = 1e-3                                        # |dh|^2 far below tr S: no resolvable difference
+    q_deb, q_est = mod.debiased_quotient(small, lam, 0.25)
+    assert q_deb == q_est == pytest.approx(lam[0])
+
+
+def test_permutation_degenerate_debiased_scale_takes_the_noise_out_of_the_linear_term():
+    """benchmarks/fd_permutation_degenerate.py's debiased scale: point var(L) / (var(L) - 2 var(null)), kept at least
+    var(L) / (4 sd(null)) and at most 4 plug-ins; where var(L) <= 2 var(null) or the estimate is not positive, the
+    shipped test's scale (the plug-in near 0, the estimate where the linear part carries over 90%)."""
+    mod = _script("fd_permutation_degenerate.py")
+    rng = np.random.default_rng(8)
+    lin = rng.normal(size=400)
+    lin = (lin - lin.mean()) / lin.std() * 2.0               # var 4
+    null = rng.normal(size=100)
+    null = (null - null.mean()) / null.std() * 0.5           # var 0.25
+    assert mod.debiased_scale(3.0, 3.5, lin, null) == pytest.approx(3.0 * 4.0 / (4.0 - 0.5))
+    assert mod.test_scale(3.0, 3.5, lin, null) == pytest.approx(3.0)          # linear share 4 / 4.25 > 0.9
+    wide = null * 4.0                                        # var 4: 2 var(null) > var(L)
+    assert mod.debiased_scale(3.0, 3.5, lin, wide) == mod.test_scale(3.0, 3.5, lin, wide) == pytest.approx(3.5)
+    assert mod.debiased_scale(-0.1, 0.2, lin, null) == mod.test_scale(-0.1, 0.2, lin, null)
+    assert mod.debiased_scale(0.01, 0.02, lin, null) == pytest.approx(4.0 / (4.0 * 0.5))   # the lower bound
