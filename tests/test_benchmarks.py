@@ -689,7 +689,8 @@ def test_permutation_degenerate_inversion_spans_the_values_its_test_accepts():
     mod = _script("fd_permutation_degenerate.py")
     rng = np.random.default_rng(6)
     dev0 = rng.chisquare(3, size=60) * 0.1 - 0.2             # skewed null draws
-    lin = rng.normal(size=80) * 0.5
+    lin = (rng.chisquare(2, size=80) - 2.0) * 0.3              # skewed: a sign error in the linear term shows
+    q_lo0, q_hi0 = np.quantile(dev0, [0.025, 0.975])
     for center, scale in ((0.05, 0.3), (1.5, 1.2), (4.0, 3.0)):
         low, high = mod.inverted(center, dev0, lin, scale, 0.95)
         thetas = np.linspace(0.0, 12.0, 6001)
@@ -699,7 +700,10 @@ def test_permutation_degenerate_inversion_spans_the_values_its_test_accepts():
         assert ok.any()
         tol = 12.0 / 6000 * 2
         assert low <= thetas[ok].min() + tol and high >= thetas[ok].max() - tol
-        assert low >= thetas[ok].min() - tol or low <= 0
+        if center - q_hi0 <= 0:                                # a distance of 0 accepted: the basic lower end
+            assert low == pytest.approx(center - q_hi0)
+        else:
+            assert low == pytest.approx(thetas[ok].min(), abs=tol)
         assert high <= thetas[ok].max() + tol
     q_lo, q_hi = np.quantile(dev0, [0.025, 0.975])
     assert mod.inverted(0.3, dev0, np.zeros(80), 1.0, 0.95) == pytest.approx((0.3 - q_hi, 0.3 - q_lo))
@@ -738,5 +742,6 @@ def test_permutation_degenerate_debiased_scale_takes_the_noise_out_of_the_linear
     assert mod.test_scale(3.0, 3.5, lin, null) == pytest.approx(3.0)          # linear share 4 / 4.25 > 0.9
     wide = null * 4.0                                        # var 4: 2 var(null) > var(L)
     assert mod.debiased_scale(3.0, 3.5, lin, wide) == mod.test_scale(3.0, 3.5, lin, wide) == pytest.approx(3.5)
-    assert mod.debiased_scale(-0.1, 0.2, lin, null) == mod.test_scale(-0.1, 0.2, lin, null)
+    assert mod.debiased_scale(-0.1, 5.0, lin, null) == mod.test_scale(-0.1, 5.0, lin, null) == 5.0   # no estimate
+    assert mod.debiased_scale(3.0, 0.6, lin, null) == pytest.approx(2.4)        # at most 4 plug-ins
     assert mod.debiased_scale(0.01, 0.02, lin, null) == pytest.approx(4.0 / (4.0 * 0.5))   # the lower bound
